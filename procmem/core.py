@@ -76,13 +76,15 @@ class MemoryItem:
     @property
     def fingerprint(self) -> str: return content_fingerprint(self.title, self.content)
 
-# %% ../nbs/00_core.ipynb #4a8843ff
+# %% ../nbs/00_core.ipynb #9bd94cad
 def _check_text(name, v, required=False, nullable=False):
     if v is None and nullable: return
     if not isinstance(v, str): raise MemoryValidationError(name, f"must be a string, got {type(v).__name__}")
     if required and not v.strip(): raise MemoryValidationError(name, "must not be empty")
     if len(v) > LIMITS[name]: raise MemoryValidationError(name, f"is {len(v):,} characters; the limit is {LIMITS[name]:,}")
     if "\x00" in v: raise MemoryValidationError(name, "contains a NUL character")
+    try: v.encode("utf-8")
+    except UnicodeEncodeError: raise MemoryValidationError(name, "contains a lone surrogate, which is not valid Unicode text") from None
 
 def _check_count(name, v):
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:

@@ -224,7 +224,7 @@ def _overlay_scores(self:BM25Index, q:Counter, filters:dict) -> dict:
                 scores[i] += w * qtf * idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * lens[f] / avg[f]))
     return scores
 
-# %% ../nbs/03_retrieval.ipynb #62d2bbd8
+# %% ../nbs/03_retrieval.ipynb #8d01ed5d
 @patch
 def _segment_hits(self:BM25Index, q:Counter, k:int, filters:dict) -> dict:
     "Top-k BM25 scores from the tantivy segments, excluding ids shadowed by the overlay."
@@ -237,9 +237,10 @@ def _segment_hits(self:BM25Index, q:Counter, k:int, filters:dict) -> dict:
     s = self._searcher
     hits = s.search(Q.boolean_query(clauses) if len(clauses) > 1 else clauses[0][1], k + len(shadow), count=False).hits
     out = {}
-    for score, a in hits:
+    for score, a in hits:  # stored ids are read only until k unshadowed hits are found
         i = s.doc(a)["id"][0]
         if i not in shadow: out[i] = score
+        if len(out) == k: break
     return out
 
 # %% ../nbs/03_retrieval.ipynb #a609e306
@@ -265,7 +266,7 @@ def _query_terms(self:BM25Index, query) -> Counter:
     kept = Counter({t: c for t, c in q.items() if self._doc_freq(f, t) <= self.common_cutoff * n})
     return kept or q
 
-# %% ../nbs/03_retrieval.ipynb #f20bb1f5
+# %% ../nbs/03_retrieval.ipynb #41855dbe
 @patch
 def search(self:BM25Index, query, k:int=10, filters:dict|None=None, min_score:float=0.0) -> list[tuple[str, float]]:
     "Top `k` `(doc_id, score)` pairs, best first (ties by id), scoring above `min_score`; `filters`: keyword -> value(s)."
@@ -273,6 +274,7 @@ def search(self:BM25Index, query, k:int=10, filters:dict|None=None, min_score:fl
     fl = _check_filters(self, filters)
     with self._lock:
         q = self._query_terms(query)
+        k = min(k, len(self))  # more hits than documents cannot exist (and tantivy's limit is 64-bit)
         if not q or k == 0: return []
         scores = self._segment_hits(q, k, fl)
         scores.update(self._overlay_scores(q, fl))

@@ -343,18 +343,21 @@ def _suffix_format(path:Path) -> str:
     if suf not in (".json", ".jsonl"): raise StoreError(f"{path}: unknown format {suf or '(no suffix)'!r}; use .json (a list of items) or .jsonl (one item per line)")
     return suf[1:]
 
-# %% ../nbs/02_store.ipynb #f52b0a75
+# %% ../nbs/02_store.ipynb #be1cb869
 @patch
 def export(self:MemoryStore, path) -> int:
     "Write every memory to `path` (.json: the seed's list format; .jsonl: one per line), atomically. Returns the count."
     path = Path(path); fmt = _suffix_format(path)
     items = [m.to_dict() for m in self]
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        if fmt == "json": json.dump(items, f, ensure_ascii=False, indent=2)
-        else: f.writelines(json.dumps(d, ensure_ascii=False) + "\n" for d in items)
-        f.flush(); os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            if fmt == "json": json.dump(items, f, ensure_ascii=False, indent=2)
+            else: f.writelines(json.dumps(d, ensure_ascii=False) + "\n" for d in items)
+            f.flush(); os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True); raise
     return len(items)
 
 # %% ../nbs/02_store.ipynb #802c6ce9
