@@ -12,8 +12,8 @@ from fastcore.basics import patch
 from .core import MemoryItem, MemoryValidationError, SCHEMA_VERSION, utc_now, _field_names
 
 # %% auto #0
-__all__ = ['STORE_FORMAT', 'StoreError', 'MemoryNotFoundError', 'StoreConflictError', 'StoreImportError', 'QuarantineWarning',
-           'quarantine_file', 'MemoryStore', 'read_memory_file']
+__all__ = ['STORE_FORMAT', 'QUICK_CHECK_MAX_BYTES', 'StoreError', 'MemoryNotFoundError', 'StoreConflictError', 'StoreImportError',
+           'QuarantineWarning', 'quarantine_file', 'MemoryStore', 'read_memory_file']
 
 # %% ../nbs/02_store.ipynb #08202056
 class StoreError(Exception):
@@ -46,7 +46,9 @@ CREATE TABLE IF NOT EXISTS events(seq INTEGER PRIMARY KEY AUTOINCREMENT, at TEXT
 """
 STORE_FORMAT = 1  # the on-disk schema version this code writes
 
-# %% ../nbs/02_store.ipynb #0ac0d01f
+# %% ../nbs/02_store.ipynb #b3aa9d3e
+QUICK_CHECK_MAX_BYTES = 8 * 2**20  # page-check files up to this size when opening them
+
 def _foreign_reason(path:Path) -> str|None:
     "Why the file at `path` is not a usable procmem store, or None if it is one (or empty)."
     if path.stat().st_size == 0: return None
@@ -60,6 +62,9 @@ def _foreign_reason(path:Path) -> str|None:
             if "meta" not in tables or "memories" not in tables: return "an SQLite database that is not a procmem store"
             app = con.execute("SELECT value FROM meta WHERE key='app'").fetchone()
             if not app or app[0] != "procmem": return "an SQLite database that is not a procmem store"
+            if path.stat().st_size <= QUICK_CHECK_MAX_BYTES:
+                bad = [r[0] for r in con.execute("PRAGMA quick_check(3)") if r[0] != "ok"]
+                if bad: return f"corrupt ({'; '.join(bad)})"
         finally: con.close()
     except sqlite3.DatabaseError as e: return f"corrupt ({e})"
     return None
@@ -395,13 +400,15 @@ def load(cls:MemoryStore, json_path) -> MemoryStore:
     "An in-memory store holding the items of a seed-format .json (or .jsonl) file."
     s = cls(); s.import_file(json_path); return s
 
-# %% ../nbs/02_store.ipynb #6a7c411b
+# %% ../nbs/02_store.ipynb #33623b71
 @patch
 def check(self:MemoryStore) -> list[str]:
     "Problems found by SQLite's integrity check and procmem's invariants; [] means the store is healthy."
-    with self._lock:
-        problems = [r[0] for r in self._con.execute("PRAGMA integrity_check") if r[0] != "ok"]
-        rows = self._con.execute("SELECT id, fingerprint, data FROM memories").fetchall()
+    try:
+        with self._lock:
+            problems = [r[0] for r in self._con.execute("PRAGMA integrity_check") if r[0] != "ok"]
+            rows = self._con.execute("SELECT id, fingerprint, data FROM memories").fetchall()
+    except sqlite3.DatabaseError as e: return [f"the database file is damaged: {e}"]
     for id, fp, data in rows:
         try: m = _load(data)
         except (ValueError, TypeError) as e: problems.append(f"memory {id!r} does not parse: {e}"); continue
