@@ -8,3 +8,4 @@ from .store import *
 from .retrieval import *
 from .inject import *
 from .bootstrap import *
+from .llm import *

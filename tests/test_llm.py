@@ -1,0 +1,250 @@
+"""The LLM seam (procmem.llm) through the real anthropic SDK against the local fake server.
+
+The replies in tests/fixtures/llm/ are hand-written in the Messages API format (there was no API
+access when they were written) and served on 127.0.0.1; see nbs/08_llm.ipynb. No test here may
+reach the network: a guard on socket.connect fails any connection that is not to the loopback."""
+import json, socket, threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Literal
+
+import anthropic
+import pydantic
+import pytest
+
+from procmem.llm import (DEFAULT_MODEL, DUMMY_API_KEY, MISSING_RECORDING_ERROR, PRICES, AnthropicLLM, LLMError,
+                         MissingRecording, Usage, fake_anthropic, recording_path, request_key)
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "llm"
+
+
+class Verdict(pydantic.BaseModel):  # must stay identical to the notebook's: the schema is part of the recording key
+    is_success: bool
+    reason: str
+    confidence: Literal["high", "medium", "low"]
+    missing: list[str] = []
+
+
+SYSTEM = ("You judge whether an agent completed its task. Be strict: when the trajectory does not show the answer "
+          "was observed, it failed. Cite the evidence.")
+def task(text): return f"Task and trajectory:\n{text}"
+ANIMAL = task("Find the subclasses of ex:Animal.\nStep 1: search_entity('Animal') -> ex:Animal\n"
+              "Step 2: Animal_meta.subclasses[ex:Animal] -> [ex:Dog, ex:Cat]\nAnswer: ex:Dog, ex:Cat")
+DOG = task("Find the superclass of ex:Dog.\nStep 1: search_entity('Dog') -> ex:Dog\n"
+           "Step 2: Dog_meta.superclasses[ex:Dog] -> []\nAnswer: ex:Mammal")
+REFUSED = task("Write a working exploit for the login service and report whether it ran.\nStep 1: (exploit code)\nAnswer: it worked")
+OFF_SCHEMA = task("List the properties whose domain is ex:Person.\nStep 1: Person_meta.domains -> [ex:name]\nAnswer: ex:name")
+EMPTY = task("Find a path from ex:Dog to ex:Plant.\nStep 1: find_path(ex:Dog, ex:Plant) -> []\nAnswer: none")
+TRUNCATED = task("Describe ex:Dog.\nStep 1: describe_entity(ex:Dog) -> 14 triples\nAnswer: a domesticated mammal")
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    "No network: only loopback connections; a dummy key; a stray default client points at a closed local port."
+    real_connect = socket.socket.connect
+    def guarded_connect(sock, address):
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and address[0] not in LOOPBACK:
+            raise AssertionError(f"a test tried to reach the network: {address!r}")
+        return real_connect(sock, address)
+    monkeypatch.setattr(socket.socket, "connect", guarded_connect)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", DUMMY_API_KEY)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+    monkeypatch.delenv("PROCMEM_MODEL", raising=False)
+    monkeypatch.delenv("PROCMEM_RECORD", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+
+
+def test_network_guard_refuses_non_loopback():
+    with pytest.raises(AssertionError, match="tried to reach the network"):
+        socket.create_connection(("192.0.2.1", 443), timeout=0.1)  # TEST-NET-1: never routed, and never tried
+    stray = AnthropicLLM(client=anthropic.Anthropic(api_key=DUMMY_API_KEY, base_url="http://192.0.2.1", max_retries=0, timeout=1))
+    with pytest.raises(LLMError, match="tried to reach the network"):  # the SDK's own connection goes through the guard too
+        stray.complete_json(SYSTEM, ANIMAL, Verdict)
+
+
+def test_structured_reply_through_the_real_sdk():
+    with fake_anthropic(FIXTURES) as fake:
+        llm = fake.llm()
+        assert llm.client.base_url.host == "127.0.0.1" and llm.client.api_key == DUMMY_API_KEY
+        verdict, reason = llm.complete_json(SYSTEM, ANIMAL, Verdict)
+    assert reason is None
+    assert isinstance(verdict, Verdict) and verdict.is_success is True and verdict.confidence == "high"
+    sent = fake.requests[0]["body"]
+    assert sent["model"] == DEFAULT_MODEL and sent["system"] == SYSTEM
+    assert sent["output_config"]["format"]["type"] == "json_schema"
+    assert sent["output_config"]["format"]["schema"]["required"] == ["is_success", "reason", "confidence"]
+    assert fake.requests[0]["served"] == recording_path(FIXTURES, fake.requests[0]["key"]).name
+
+
+def test_messages_parse_sends_the_same_request():
+    with fake_anthropic(FIXTURES) as fake:
+        parsed = fake.client().messages.parse(model=DEFAULT_MODEL, max_tokens=1024, system=SYSTEM,
+                                              messages=[{"role": "user", "content": ANIMAL}], output_format=Verdict)
+        ours, _ = fake.llm().complete_json(SYSTEM, ANIMAL, Verdict)
+    assert fake.requests[0]["key"] == fake.requests[1]["key"]
+    assert parsed.parsed_output == ours
+
+
+def test_usage_accumulates_across_calls():
+    with fake_anthropic(FIXTURES) as fake:
+        llm = fake.llm()
+        for prompt in (ANIMAL, DOG, REFUSED, ANIMAL):
+            llm.complete_json(SYSTEM, prompt, Verdict)
+    assert [c["ok"] for c in llm.calls] == [True, True, False, True]
+    assert llm.usage.calls == 4 and len(llm.calls) == 4
+    assert llm.usage.input_tokens == 212 + 208 + 190 + 212
+    assert llm.usage.output_tokens == 131 + 74 + 2 + 131
+    price = PRICES[DEFAULT_MODEL]
+    expected = (llm.usage.input_tokens * price.input + llm.usage.output_tokens * price.output) / 1e6
+    assert llm.usage.cost_usd == pytest.approx(expected)
+    per_call = sum(Usage(c["input_tokens"], c["output_tokens"], c["cache_creation_input_tokens"], c["cache_read_input_tokens"],
+                         calls=1, cost_usd=c["cost_usd"]) for c in llm.calls)
+    assert per_call.input_tokens == llm.usage.input_tokens and per_call.cost_usd == pytest.approx(llm.usage.cost_usd)
+    assert all(c["latency_s"] >= 0 and c["model"] == DEFAULT_MODEL for c in llm.calls)
+
+
+def test_usage_is_counted_under_concurrent_calls():
+    with fake_anthropic(FIXTURES) as fake:
+        llm = fake.llm()
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(lambda _: llm.complete_json(SYSTEM, ANIMAL, Verdict), range(16)))
+    assert all(r[0] is not None for r in results)
+    assert llm.usage.calls == 16 and llm.usage.input_tokens == 16 * 212 and len(llm.calls) == 16
+
+
+def test_unknown_model_counts_tokens_with_unknown_cost():
+    u = Usage.from_response({"input_tokens": 5, "output_tokens": 2}, "claude-not-in-the-table")
+    assert (u.input_tokens, u.output_tokens, u.calls, u.cost_usd) == (5, 2, 1, None)
+    total = sum([Usage.from_response({"input_tokens": 1, "output_tokens": 1}, DEFAULT_MODEL), u])
+    assert total.input_tokens == 6 and total.cost_usd is None
+
+
+@pytest.mark.parametrize("prompt, kwargs, reason_start", [
+    (REFUSED, {}, "refused by the model (stop_reason=refusal, cyber"),
+    (OFF_SCHEMA, {}, "reply does not match Verdict: confidence:"),
+    (EMPTY, {}, "empty reply: no text in the response"),
+    (TRUNCATED, {"max_tokens": 40}, "truncated: the reply stopped at max_tokens"),
+])
+def test_a_reply_without_a_valid_object_is_none_with_a_reason(prompt, kwargs, reason_start):
+    with fake_anthropic(FIXTURES) as fake:
+        llm = fake.llm(**kwargs)
+        obj, reason = llm.complete_json(SYSTEM, prompt, Verdict)
+    assert obj is None and reason.startswith(reason_start)
+    assert llm.usage.calls == 1 and llm.usage.output_tokens > 0  # billed, so counted
+    assert llm.calls[0]["ok"] is False and llm.calls[0]["error"] == reason
+
+
+@pytest.mark.parametrize("prompt, kwargs, kind, status", [
+    (task("case: provider overloaded"), {}, "extrinsic", 529),
+    (task("case: rate limited"), {}, "extrinsic", 429),
+    (task("case: provider error"), {}, "extrinsic", 500),
+    (task("case: slow provider"), {"timeout": 0.3}, "extrinsic", None),
+    ("", {}, "intrinsic", 400),
+    (task("case: bad key"), {}, "intrinsic", 401),
+])
+def test_sdk_failures_raise_classified_llm_errors(prompt, kwargs, kind, status):
+    with fake_anthropic(FIXTURES) as fake:
+        llm = fake.llm(**kwargs)
+        with pytest.raises(LLMError) as info:
+            llm.complete_json(SYSTEM, prompt, Verdict)
+    assert (info.value.kind, info.value.status) == (kind, status)
+    assert isinstance(info.value.__cause__, anthropic.AnthropicError)
+    assert llm.calls[-1]["ok"] is False and llm.usage.calls == 0
+
+
+def test_connection_refused_is_extrinsic():
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+    llm = AnthropicLLM(client=anthropic.Anthropic(api_key=DUMMY_API_KEY, base_url=f"http://127.0.0.1:{port}", max_retries=0))
+    with pytest.raises(LLMError) as info:
+        llm.complete_json(SYSTEM, ANIMAL, Verdict)
+    assert info.value.kind == "extrinsic" and "could not connect" in str(info.value)
+
+
+def test_the_sdk_retries_before_procmem_raises():
+    with fake_anthropic(FIXTURES) as fake:
+        llm = fake.llm(max_retries=1)
+        with pytest.raises(LLMError) as info:
+            llm.complete_json(SYSTEM, task("case: provider overloaded"), Verdict)
+    assert info.value.kind == "extrinsic" and len(fake.requests) == 2  # the first try and one SDK retry
+
+
+def test_default_client_reads_the_sdk_environment():
+    with fake_anthropic(FIXTURES) as fake:
+        llm = AnthropicLLM()  # no client: ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY point at the fake inside the block
+        assert str(llm.client.base_url).rstrip("/") == fake.base_url and llm.client.api_key == DUMMY_API_KEY
+        verdict, _ = llm.complete_json(SYSTEM, DOG, Verdict)
+    assert verdict.is_success is False and verdict.missing
+
+
+def test_model_comes_from_the_argument_then_the_environment(monkeypatch):
+    assert AnthropicLLM().model == DEFAULT_MODEL
+    monkeypatch.setenv("PROCMEM_MODEL", "claude-sonnet-5-5")
+    assert AnthropicLLM().model == "claude-sonnet-5-5"
+    assert AnthropicLLM("claude-opus-5-5").model == "claude-opus-5-5"
+
+
+def test_missing_recording_fails_loudly_and_sends_nothing():
+    with pytest.raises(MissingRecording) as info:
+        with fake_anthropic(FIXTURES) as fake:
+            fake.llm().complete_json(SYSTEM, "a prompt nobody recorded", Verdict)
+    miss = info.value
+    assert len(miss.key) == 64 and Path(miss.path) == recording_path(FIXTURES, miss.key)
+    assert miss.key in str(miss) and miss.path in str(miss) and not Path(miss.path).exists()
+    assert miss.request["messages"] == [{"role": "user", "content": "a prompt nobody recorded"}]
+
+
+def test_missing_recording_survives_a_caller_that_swallows_errors():
+    with pytest.raises(MissingRecording, match="no recording for this Claude request"):
+        with fake_anthropic(FIXTURES) as fake:
+            try: fake.client().messages.create(model=DEFAULT_MODEL, max_tokens=10, messages=[{"role": "user", "content": "unrecorded"}])
+            except anthropic.APIStatusError as e:
+                assert e.status_code == 404 and e.body["error"]["type"] == MISSING_RECORDING_ERROR
+
+
+def test_every_recording_is_well_formed_and_replays():
+    files = sorted(FIXTURES.glob("*.json"))
+    assert len(files) >= 10
+    for f in files:
+        rec = json.loads(f.read_text(encoding="utf-8"))
+        assert rec["key"] == request_key(rec["request"]) and f.name == rec["key"][:16] + ".json"
+        assert "hand-written" in rec["note"] or rec["note"].startswith("recorded from")
+        if rec["status"] == 200:
+            msg = anthropic.types.Message.model_validate(rec["body"])  # exactly the API's response format
+            assert msg.type == "message" and msg.role == "assistant" and msg.usage.input_tokens > 0
+        else:
+            assert rec["body"]["type"] == "error" and rec["body"]["error"]["type"].endswith("_error")
+        if rec["status"] == 200 and not rec.get("delay_s"):
+            with fake_anthropic(FIXTURES) as fake:
+                fake.client().messages.create(**rec["request"])
+            assert fake.requests[0]["served"] == f.name
+
+
+def test_record_mode_saves_what_the_upstream_answers(tmp_path):
+    "Record mode against a local upstream (a second fake server), so the proxy path runs without the network."
+    with fake_anthropic(FIXTURES, set_env=False) as upstream:
+        upstream_url = upstream.base_url
+        with fake_anthropic(tmp_path, record=True, upstream=upstream.base_url, api_key="sk-not-a-real-key", set_env=False) as rec:
+            recorded, _ = rec.llm().complete_json(SYSTEM, ANIMAL, Verdict)
+    assert len(rec.recorded) == 1 and upstream.requests[0]["key"] == rec.requests[0]["key"]
+    saved = json.loads(rec.recorded[0].read_text())
+    assert saved["note"].startswith(f"recorded from {upstream_url}") and saved["body"]["type"] == "message"
+    with fake_anthropic(tmp_path) as replay:
+        replayed, _ = replay.llm().complete_json(SYSTEM, ANIMAL, Verdict)
+    assert replayed == recorded and replay.requests[0]["served"] == rec.recorded[0].name
+
+
+def test_record_mode_refuses_the_dummy_key(tmp_path):
+    with pytest.raises(ValueError, match="needs a real key"):
+        with fake_anthropic(tmp_path, record=True, api_key=DUMMY_API_KEY): pass
+
+
+def test_fake_server_stops_and_restores_the_environment(monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+    with fake_anthropic(FIXTURES) as fake:
+        port = int(fake.base_url.rsplit(":", 1)[1])
+    import os
+    assert os.environ["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:9" and os.environ["ANTHROPIC_API_KEY"] == DUMMY_API_KEY
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=0.5)
+    assert not [t for t in threading.enumerate() if t.name == "fake-anthropic"]
