@@ -8,4 +8,5 @@ from .store import *
 from .retrieval import *
 from .inject import *
 from .bootstrap import *
+from .trajectory import *
 from .llm import *
