@@ -333,6 +333,18 @@ def record_access(self:MemoryStore, ids, when:str|None=None):
                       "'$.last_used_at', ?) WHERE id=?", [(when, i) for i in ids])
         self._log(c, "retrieve", ids)
 
+# %% ../nbs/02_store.ipynb #205df06f
+@patch
+def record_outcome(self:MemoryStore, ids, success:bool, when:str|None=None):
+    "Add 1 to `use_count` and to `success_count` or `failure_count` of each id, in one transaction with one event."
+    ids = list(dict.fromkeys(ids))
+    if not ids: return
+    col = "success_count" if success else "failure_count"
+    with self._write() as c:
+        c.executemany(f"UPDATE memories SET data = json_set(data, '$.use_count', json_extract(data, '$.use_count') + 1, "
+                      f"'$.{col}', json_extract(data, '$.{col}') + 1, '$.last_used_at', ?) WHERE id=?", [(when or utc_now(), i) for i in ids])
+        self._log(c, "outcome", ids, success=bool(success))
+
 # %% ../nbs/02_store.ipynb #6734676b
 @patch
 def events(self:MemoryStore, since:int=0, kind:str|None=None) -> list[dict]:
@@ -341,6 +353,20 @@ def events(self:MemoryStore, since:int=0, kind:str|None=None) -> list[dict]:
     if kind: q, args = q + " AND kind = ?", args + [kind]
     with self._lock: rows = self._con.execute(q + " ORDER BY seq", args).fetchall()
     return [dict(seq=r[0], at=r[1], kind=r[2], ids=json.loads(r[3]), detail=json.loads(r[4])) for r in rows]
+
+# %% ../nbs/02_store.ipynb #16aa6ec0
+@patch
+def log_events(self:MemoryStore, events) -> int:
+    "Append events given as dicts with `kind`, optional `ids` and any JSON-serialisable details; returns how many."
+    rows = []
+    for i, e in enumerate(events):
+        if not isinstance(e, dict) or not isinstance(e.get("kind"), str) or not e["kind"]:
+            raise ValueError(f"event {i} must be a dict with a non-empty string 'kind', got {e!r:.80}")
+        rows.append((e["kind"], list(e.get("ids") or []), {k: v for k, v in e.items() if k not in ("kind", "ids")}))
+    if rows:
+        with self._write() as c:
+            for kind, ids, detail in rows: self._log(c, kind, ids, **detail)
+    return len(rows)
 
 # %% ../nbs/02_store.ipynb #dff74614
 def _suffix_format(path:Path) -> str:
