@@ -9,7 +9,8 @@ from .core import MemoryItem
 
 # %% auto #0
 __all__ = ['INJECT_HEADING', 'INJECT_INSTRUCTION', 'INJECT_OPEN', 'INJECT_CLOSE', 'KIND_LABELS', 'TITLE_CAP', 'DESCRIPTION_CAP',
-           'BULLET_CAP', 'neutralize_text', 'procedure_steps', 'memory_key_points', 'format_memories_for_injection']
+           'BULLET_CAP', 'neutralize_text', 'procedure_steps', 'memory_key_points', 'format_memories_for_injection',
+           'injected_memories']
 
 # %% ../nbs/04_inject.ipynb #a96749f4
 INJECT_HEADING = "## Relevant Prior Experience"
@@ -93,21 +94,36 @@ def _render_item(i:int, item:MemoryItem, max_bullets:int) -> str:
     if points := memory_key_points(item, max_bullets): lines += ["Key points:"] + [f"- {p}" for p in points]
     return "\n".join(lines)
 
-# %% ../nbs/04_inject.ipynb #4eaa917a
-def format_memories_for_injection(memories, # MemoryItems in priority order (any iterable; None = none)
-                                  max_bullets:int=3, # key points per item
-                                  budget_chars:int=1500, # the whole block never exceeds this many characters
-                                 ) -> str:
-    "Memories as a delimited block of advisory notes within `budget_chars`: whole items only, skipping those that do not fit."
+# %% ../nbs/04_inject.ipynb #42eaef5f
+_HEAD, _TAIL = f"{INJECT_HEADING}\n{INJECT_INSTRUCTION}\n{INJECT_OPEN}\n", f"\n{INJECT_CLOSE}"
+
+def _fit_items(memories, max_bullets:int, budget_chars:int) -> list[tuple[MemoryItem, str]]:
+    "Validate the arguments; the (item, rendered part) pairs that fit the budget, in order, skipping those that do not."
     _check_non_negative("budget_chars", budget_chars); _check_non_negative("max_bullets", max_bullets)
     try: items = [] if memories is None else list(memories)
     except TypeError: raise TypeError(f"memories must be an iterable of MemoryItem, got {type(memories).__name__}") from None
     for i, m in enumerate(items):
         if not isinstance(m, MemoryItem): raise TypeError(f"memories[{i}] is a {type(m).__name__}, not a MemoryItem")
-    head, tail = f"{INJECT_HEADING}\n{INJECT_INSTRUCTION}\n{INJECT_OPEN}\n", f"\n{INJECT_CLOSE}"
-    parts, size = [], len(head) + len(tail)
+    out, size = [], len(_HEAD) + len(_TAIL)
     for m in items:
-        part = _render_item(len(parts) + 1, m, max_bullets)
-        cost = len(part) + (2 if parts else 0)  # items are separated by a blank line
-        if size + cost <= budget_chars: parts.append(part); size += cost
-    return head + "\n\n".join(parts) + tail if parts else ""
+        part = _render_item(len(out) + 1, m, max_bullets)
+        cost = len(part) + (2 if out else 0)  # items are separated by a blank line
+        if size + cost <= budget_chars: out.append((m, part)); size += cost
+    return out
+
+# %% ../nbs/04_inject.ipynb #f3b1bdc9
+def format_memories_for_injection(memories, # MemoryItems in priority order (any iterable; None = none)
+                                  max_bullets:int=3, # key points per item
+                                  budget_chars:int=1500, # the whole block never exceeds this many characters
+                                 ) -> str:
+    "Memories as a delimited block of advisory notes within `budget_chars`: whole items only, skipping those that do not fit."
+    parts = [p for _, p in _fit_items(memories, max_bullets, budget_chars)]
+    return _HEAD + "\n\n".join(parts) + _TAIL if parts else ""
+
+# %% ../nbs/04_inject.ipynb #884773f4
+def injected_memories(memories, # MemoryItems in priority order
+                      max_bullets:int=3, # as for `format_memories_for_injection`
+                      budget_chars:int=1500, # as for `format_memories_for_injection`
+                     ) -> list[MemoryItem]:
+    "The memories that `format_memories_for_injection` with the same arguments puts in the block, in order."
+    return [m for m, _ in _fit_items(memories, max_bullets, budget_chars)]

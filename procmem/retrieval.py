@@ -455,12 +455,12 @@ def idf_mass(self:BM25Index, query) -> float:
     f = next(iter(self.fields)); n = max(len(self), 1)
     return sum(qtf * bm25_idf(n, self._doc_freq(f, t)) for t, qtf in q.items())
 
-# %% ../nbs/03_retrieval.ipynb #4ca455d0
+# %% ../nbs/03_retrieval.ipynb #33687a2d
 DEFAULT_MIN_RELEVANCE = 0.2  # score / query IDF mass below which a memory is not returned
 
 def retrieve_memories(store:MemoryStore, task:str, k:int=3, domain=None, source_type=None,
-                      min_relevance:float=DEFAULT_MIN_RELEVANCE, record:bool=True) -> list[MemoryItem]:
-    "The up-to-`k` memories most relevant to `task`, best first; [] when nothing clears the relevance floor."
+                      min_relevance:float=DEFAULT_MIN_RELEVANCE, record:bool=True, with_scores:bool=False) -> list:
+    "The up-to-`k` memories most relevant to `task`, best first ((item, relevance) pairs if `with_scores`); [] when nothing clears the floor."
     if not isinstance(task, str): raise TypeError(f"task must be a string, got {type(task).__name__}")
     if not isinstance(k, int) or k < 0: raise ValueError(f"k must be a non-negative integer, got {k!r}")
     if source_type is not None:
@@ -468,6 +468,6 @@ def retrieve_memories(store:MemoryStore, task:str, k:int=3, domain=None, source_
         if bad: raise ValueError(f"unknown source_type {sorted(bad)}; use one of {', '.join(SOURCE_TYPES)}")
     hits = store.search(task, k, domain=domain, source_type=source_type)
     mass = store._index().idf_mass(task)
-    out = [m for m, s in hits if mass and s / mass >= min_relevance]
-    if record and out: store.record_access([m.id for m in out])
-    return out
+    out = [(m, s / mass) for m, s in hits if mass and s / mass >= min_relevance]
+    if record and out: store.record_access([m.id for m, _ in out])
+    return out if with_scores else [m for m, _ in out]
