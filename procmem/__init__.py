@@ -10,3 +10,4 @@ from .inject import *
 from .bootstrap import *
 from .trajectory import *
 from .llm import *
+from .gates import *

@@ -10,7 +10,7 @@ from .core import MemoryItem
 # %% auto #0
 __all__ = ['INJECT_HEADING', 'INJECT_INSTRUCTION', 'INJECT_OPEN', 'INJECT_CLOSE', 'KIND_LABELS', 'TITLE_CAP', 'DESCRIPTION_CAP',
            'BULLET_CAP', 'neutralize_text', 'procedure_steps', 'memory_key_points', 'format_memories_for_injection',
-           'injected_memories']
+           'strip_injected_memories', 'injected_memories']
 
 # %% ../nbs/04_inject.ipynb #a96749f4
 INJECT_HEADING = "## Relevant Prior Experience"
@@ -119,6 +119,22 @@ def format_memories_for_injection(memories, # MemoryItems in priority order (any
     "Memories as a delimited block of advisory notes within `budget_chars`: whole items only, skipping those that do not fit."
     parts = [p for _, p in _fit_items(memories, max_bullets, budget_chars)]
     return _HEAD + "\n\n".join(parts) + _TAIL if parts else ""
+
+# %% ../nbs/04_inject.ipynb #e6f9d133
+_BLOCK_START = re.compile(rf"#+[ \t]*{re.escape(INJECT_HEADING.lstrip('# '))}|<\s*{re.escape(INJECT_OPEN[1:-1])}\s*>"
+                          rf"|{re.escape(INJECT_INSTRUCTION[:60])}", re.I)
+_BLOCK_END = re.compile(rf"<\s*/\s*{re.escape(INJECT_CLOSE[2:-1])}\s*>", re.I)
+
+def strip_injected_memories(text:str) -> str:
+    "`text` with every procmem injection block removed (an unterminated block is removed to the end)."
+    if not isinstance(text, str): raise TypeError(f"strip_injected_memories: text must be a string, got {type(text).__name__}")
+    out, pos = [], 0
+    while m := _BLOCK_START.search(text, pos):
+        out.append(text[pos:m.start()])
+        end = _BLOCK_END.search(text, m.end())
+        pos = len(text) if end is None else end.end()
+    out.append(text[pos:])
+    return _BLOCK_END.sub("", "".join(out))
 
 # %% ../nbs/04_inject.ipynb #884773f4
 def injected_memories(memories, # MemoryItems in priority order

@@ -32,13 +32,13 @@ class StoreImportError(StoreError):
 class QuarantineWarning(UserWarning):
     "A file that was not a procmem store was moved aside."
 
-# %% ../nbs/02_store.ipynb #46f0a475
+# %% ../nbs/02_store.ipynb #3c4044a7
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS memories(id TEXT PRIMARY KEY, rev INTEGER NOT NULL, fingerprint TEXT NOT NULL,
   source_type TEXT NOT NULL, domain TEXT NOT NULL, created_at TEXT NOT NULL, data TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS memories_rev ON memories(rev);
-CREATE UNIQUE INDEX IF NOT EXISTS memories_fingerprint ON memories(fingerprint);
+CREATE UNIQUE INDEX IF NOT EXISTS memories_fingerprint ON memories(fingerprint, source_type = 'failure');
 CREATE TABLE IF NOT EXISTS tombstones(id TEXT PRIMARY KEY, rev INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS tombstones_rev ON tombstones(rev);
 CREATE TABLE IF NOT EXISTS events(seq INTEGER PRIMARY KEY AUTOINCREMENT, at TEXT NOT NULL, kind TEXT NOT NULL,
@@ -181,16 +181,19 @@ def _log(self:MemoryStore, c, kind:str, ids, **detail):
     c.execute("INSERT INTO events(at, kind, ids, detail) VALUES (?, ?, ?, ?)",
               (utc_now(), kind, json.dumps(list(ids)), json.dumps(detail, ensure_ascii=False, default=str)))
 
-# %% ../nbs/02_store.ipynb #aca9b00a
+# %% ../nbs/02_store.ipynb #1616b1f5
+_SAME_MEANING = "SELECT data FROM memories WHERE fingerprint=? AND (source_type = 'failure') = ?"
+
 @patch
 def _insert(self:MemoryStore, c, item:MemoryItem, take_rev) -> str:
     "Insert or confirm one validated item inside a transaction; return 'added', 'confirmed' or 'unchanged'."
     fp = item.fingerprint
     row = c.execute("SELECT data FROM memories WHERE id=?", (item.id,)).fetchone()
     if row:
-        if _load(row[0]).fingerprint == fp: return "unchanged"
+        old = _load(row[0])
+        if old.fingerprint == fp and old.source_type == item.source_type: return "unchanged"
         raise StoreConflictError(f"id {item.id!r} already holds a different memory; use update() to change it")
-    row = c.execute("SELECT data FROM memories WHERE fingerprint=?", (fp,)).fetchone()
+    row = c.execute(_SAME_MEANING, (fp, item.source_type == "failure")).fetchone()
     if row:
         existing = _load(row[0]).confirm()
         c.execute("UPDATE memories SET data=? WHERE id=?", (_dump(existing), existing.id))
@@ -200,7 +203,7 @@ def _insert(self:MemoryStore, c, item:MemoryItem, take_rev) -> str:
     c.execute("DELETE FROM tombstones WHERE id=?", (item.id,))
     return "added"
 
-# %% ../nbs/02_store.ipynb #ca70c553
+# %% ../nbs/02_store.ipynb #dbc5b62c
 @patch
 def add(self:MemoryStore, item:MemoryItem) -> MemoryItem:
     "Store `item` durably; an item with the same fingerprint is confirmed instead. Returns the stored item."
@@ -208,7 +211,7 @@ def add(self:MemoryStore, item:MemoryItem) -> MemoryItem:
     item.validate()
     with self._write() as c:
         status = self._insert(c, item, lambda: self._next_rev(c))
-        row = c.execute("SELECT data FROM memories WHERE fingerprint=?", (item.fingerprint,)).fetchone()
+        row = c.execute(_SAME_MEANING, (item.fingerprint, item.source_type == "failure")).fetchone()
         stored = _load(row[0])
         if status != "unchanged": self._log(c, "add" if status == "added" else "confirm", [stored.id])
     return stored
@@ -272,7 +275,7 @@ def add_many(self:MemoryStore, items) -> dict:
         if ids: self._log(c, "add_many", ids, **counts)
     return counts
 
-# %% ../nbs/02_store.ipynb #4b7be880
+# %% ../nbs/02_store.ipynb #6dc8b2f2
 _INDEXED = ("title", "description", "content", "tags", "task_query", "domain", "source_type")
 
 @patch
@@ -284,7 +287,8 @@ def update(self:MemoryStore, item:MemoryItem) -> MemoryItem:
         row = c.execute("SELECT data, rev FROM memories WHERE id=?", (item.id,)).fetchone()
         if row is None: raise MemoryNotFoundError(f"no memory has id {item.id!r}; use add() for new memories")
         old = _load(row[0])
-        other = c.execute("SELECT id FROM memories WHERE fingerprint=? AND id<>?", (item.fingerprint, item.id)).fetchone()
+        other = c.execute("SELECT id FROM memories WHERE fingerprint=? AND (source_type = 'failure') = ? AND id<>?",
+                          (item.fingerprint, item.source_type == "failure", item.id)).fetchone()
         if other: raise StoreConflictError(f"memory {other[0]!r} already has this title and content")
         changed = [k for k in _INDEXED if getattr(old, k) != getattr(item, k)]
         rev = self._next_rev(c) if changed else row[1]
