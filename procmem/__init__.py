@@ -10,4 +10,7 @@ from .inject import *
 from .bootstrap import *
 from .trajectory import *
 from .llm import *
+from .judge import *
+from .extract import *
 from .gates import *
+from .loop import *

@@ -1,0 +1,515 @@
+"""procmem.extract: extract_memories and extract_memories_contrastive, offline and through the real anthropic SDK.
+
+The LLM tests run the real SDK against procmem.llm.fake_anthropic, a local server on 127.0.0.1 that answers
+from recordings in tests/fixtures/llm/extract/. The replies in those recordings are hand-written responses in
+the Messages API format (there was no API access when they were written); write_recordings.py in that folder
+rewrites them after a prompt change (review the diff). No test may reach the network: a guard on
+socket.connect fails any connection that is not to the loopback."""
+import json, logging, re, socket
+from collections import defaultdict
+from pathlib import Path
+
+import anthropic
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from procmem.core import MemoryItem
+from procmem.extract import (MAX_ITEMS, OFFLINE_EXTRACTOR, Extraction, MemoryReply, despecify, extract_memories,
+                             extract_memories_contrastive, trust_for_source)
+from procmem.judge import Judgment
+from procmem.llm import DUMMY_API_KEY, LLMError, MissingRecording, _read_reply, fake_anthropic, write_recording
+from procmem.text import STOPWORDS
+from procmem.trajectory import Step, Trajectory, from_minisweagent, from_reflexion_log
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+RECORDINGS = FIXTURES / "llm" / "extract"
+EXCERPT = FIXTURES / "trajectories" / "reflexion_excerpt.txt"
+MINISWE = FIXTURES / "trajectories" / "minisweagent_test_output.json"
+REFLEXION_LOG = ROOT.parent / "shared" / "data" / "reflexion" / "hotpotqa_react_reflexion_100q_5trials.txt"
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    "No network: only loopback connections; a dummy key; a stray default client points at a closed local port."
+    real_connect = socket.socket.connect
+    def guarded_connect(sock, address):
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and address[0] not in LOOPBACK:
+            raise AssertionError(f"a test tried to reach the network: {address!r}")
+        return real_connect(sock, address)
+    monkeypatch.setattr(socket.socket, "connect", guarded_connect)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", DUMMY_API_KEY)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+    monkeypatch.delenv("PROCMEM_MODEL", raising=False)
+    monkeypatch.delenv("PROCMEM_RECORD", raising=False)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The recorded cases. Their prompts must not change without re-writing the recordings (write_recordings.py
+# imports LLM_CASES from here); the notebook nbs/10_extract.ipynb makes the same requests for its examples.
+
+def truth(t, **kw) -> Judgment:
+    "The ground-truth judgment of a labelled Reflexion run (as in the notebook)."
+    ok = t.outcome["success"]
+    return Judgment(ok, "ground truth: " + ("correct" if ok else "halted" if t.outcome["halted"] else "incorrect"), 1.0,
+                    failure_class=None if ok else "intrinsic", judge="ground-truth", **kw)
+
+JUDGE = "claude:claude-haiku-5-5"
+SUCCESS_J = Judgment(True, "The answer follows from the band memberships observed for both singers.", 0.9, judge=JUDGE,
+                     evidence=["Observation 1 lists four bands", "Observation 2 lists three projects"])
+FAILURE_J = Judgment(False, "The agent answered without any observation naming the father's first name.", 0.85,
+                     missing=["an observation stating the father's first name"], failure_class="intrinsic", judge=JUDGE,
+                     evidence=["Lookup[father] returned no sentence about the father"])
+SWE_J = Judgment(True, "The patch adds the colon and the script runs.", 0.8)
+
+
+def handmade(task, steps, answer, id):
+    "A small ReAct-style trajectory from (action, observation) pairs."
+    st_ = [Step(a, o, name=a.split("[")[0], args=a.split("[", 1)[1][:-1]) for a, o in steps]
+    return Trajectory(task, st_, answer, id=id, source="web")
+
+RIVER = handmade("Which river flows through the capital of Freedonia?",
+                 [("Search[Freedonia]", "Freedonia is a country whose capital is Freedonia City."),
+                  ("Search[Freedonia City]", "Freedonia City lies on the Blue River."), ("Finish[Blue River]", "")],
+                 "Blue River", "handmade-river")
+MOUNTAIN = handmade("How tall is the highest mountain of Sylvania?",
+                    [("Search[Sylvania]", "Sylvania is a mountainous country."), ("Lookup[highest]", "Mount Kor, 4,210 m, is the highest."),
+                     ("Finish[4,210 m]", "")], "4,210 m", "handmade-mountain")
+HYPO = handmade("Who founded the Acme Rocket Club?", [("Search[Acme Rocket Club]", "The club was founded by Ada Quill."),
+                                                      ("Finish[Ada Quill]", "")], "Ada Quill", "handmade-hypo")
+
+
+def contrast_group():
+    "Two successes that looked the fact up and a failure that answered straight after searching (as in the notebook)."
+    def run(id, ok, *acts):
+        steps = [Step(a, "…", name=a.split("[")[0], args=a.split("[")[1][:-1]) for a in acts]
+        return Trajectory("In what year did the Acme Rocket Club disband?", steps, steps[-1].args, id=id, source="web", outcome={"success": ok})
+    group = [run("g1", True, "Search[Acme Rocket Club]", "Lookup[disbanded]", "Finish[1999]"),
+             run("g2", False, "Search[Acme Rocket Club]", "Finish[2001]"),
+             run("g3", True, "Search[Acme Rocket Club]", "Lookup[split]", "Finish[1999]")]
+    verdicts = [Judgment(t.outcome["success"], "ground truth", 1.0, failure_class=None if t.outcome["success"] else "intrinsic",
+                         judge="ground-truth") for t in group]
+    return group, verdicts
+
+
+def llm_cases() -> dict:
+    "name -> (run, judgment, keyword arguments) of every recorded single-run request."
+    r = from_reflexion_log(EXCERPT)
+    return {"success": (r[0], SUCCESS_J, {}), "failure": (r[3], FAILURE_J, {}), "five_items": (r[1], truth(r[1]), {}),
+            "invalid_item": (r[2], truth(r[2]), {}), "malformed": (r[4], truth(r[4]), {}),
+            "overloaded": (from_minisweagent(MINISWE), SWE_J, {"domain": "code"}),
+            "refusal": (r[6], truth(r[6]), {}), "fenced_list": (r[7], truth(r[7]), {}),
+            "empty_list": (RIVER, Judgment(True, "Both searches were observed.", 0.9, judge=JUDGE), {}),
+            "truncated": (MOUNTAIN, Judgment(True, "The height was observed.", 0.9, judge=JUDGE), {})}
+
+
+def ask(name, **over):
+    "Extract through the fake server for the recorded case `name`; (extraction, fake server)."
+    run, j, kw = llm_cases()[name]
+    with fake_anthropic(RECORDINGS) as fake:
+        out = extract_memories(run, j, fake.llm(), **{**kw, **over})
+    return out, fake
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Task literals: what no extracted item may contain.
+
+def task_literals(task: str) -> tuple[set, set, set]:
+    "(capitalised words after the first word, numbers, quoted strings) of a task."
+    words = re.findall(r"[^\W\d_][\w'’-]*", task)
+    caps = {w for w in words[1:] if w[0].isupper() and re.split(r"['’]", w.casefold())[0] not in STOPWORDS and len(w) > 1}
+    caps = {re.sub(r"['’]s$", "", w) for w in caps}
+    nums = set(re.findall(r"(?<![\w.])\d+(?:[.,]\d+)*", task))
+    quoted = {q for q in re.findall(r"\"([^\"]{2,})\"", task)}
+    return caps, nums, quoted
+
+
+def leaks(item: MemoryItem, task: str) -> list[str]:
+    "The task literals found in an item's title, description, content or tags."
+    text = "\n".join([item.title, item.description, item.content, " ".join(item.tags)])
+    unnumbered = re.sub(r"(?m)^\d+\. ", "", text)
+    caps, nums, quoted = task_literals(task)
+    out = [w for w in caps if re.search(rf"(?<![\w<]){re.escape(w)}(?![\w>])", text)]
+    out += [n for n in nums if re.search(rf"(?<![\w.]){re.escape(n)}(?![\w])", unnumbered)]
+    return out + [q for q in quoted if q in text]
+
+
+def steps_of(item: MemoryItem) -> list[str]:
+    return re.findall(r"(?m)^\d+\. .+$", item.content)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Offline: rule-based workflow induction on real trajectories
+
+@pytest.mark.skipif(not REFLEXION_LOG.exists(), reason="shared Reflexion log not found")
+def test_offline_on_the_whole_reflexion_log():
+    runs = from_reflexion_log(REFLEXION_LOG)
+    n_success_items = n_failure_items = 0
+    for t in runs:
+        out = extract_memories(t, truth(t))
+        assert isinstance(out, Extraction) and len(out) <= MAX_ITEMS
+        assert out or out.reasons, t.id  # nothing extracted always says why
+        for m in out:
+            assert not leaks(m, t.task), (t.task, m.title, m.description, m.content, leaks(m, t.task))
+            assert m.source_type == ("success" if t.outcome["success"] else "failure")
+            assert m.provenance["trust"] == "untrusted" and m.provenance["source_kind"] == "web"
+            assert m.provenance["trajectory_id"] == t.id and m.confidence == 0.1 and m.task_query == " ".join(t.task.split())
+            args = [s.args for s in t.steps if s.name in ("Search", "Finish") and isinstance(s.args, str) and len(s.args) > 3
+                    and (re.search(r"[A-Z0-9\s]", s.args))]  # names, values and phrases; not a single common word ("none")
+            body = f"{m.title}\n{m.description}\n{m.content}".casefold()
+            assert not [a for a in args if re.search(rf"(?<!\w){re.escape(a.casefold())}(?!\w)", body)], (t.id, m.content)
+        if t.outcome["success"]:
+            n_success_items += len(out)
+            assert all(len(steps_of(m)) >= 2 for m in out)
+        else: n_failure_items += len(out)
+    assert n_success_items >= 150 and n_failure_items >= 250, (n_success_items, n_failure_items)
+
+
+def test_offline_success_sample_from_the_excerpt():
+    t = from_reflexion_log(EXCERPT)[0]
+    m, = extract_memories(t, truth(t))
+    assert m.title == "Search <entity>, then finish with <answer>"
+    assert steps_of(m) == ["1. Search <entity>: `Search[<entity>]` (repeat as needed)", "2. Finish with <answer>: `Finish[<answer>]`"]
+    assert "Jonny" not in m.description and "Doherty" not in m.description
+    assert m.tags == ["search", "finish", "procedure"]
+
+
+def test_offline_failure_pitfalls_from_the_excerpt():
+    r = from_reflexion_log(EXCERPT)
+    wrong = extract_memories(r[3], truth(r[3]))
+    assert [m.title for m in wrong] == ["Check the answer matches what the task asks before finishing"]
+    halted = extract_memories(r[4], truth(r[4]))
+    assert "Finish with an answer before the step budget runs out" in [m.title for m in halted]
+    for t in r:
+        for m in extract_memories(t, truth(t)): assert not leaks(m, t.task), (m.title, m.content)
+
+
+def test_offline_on_the_minisweagent_trajectory():
+    t = from_minisweagent(MINISWE)
+    m, = extract_memories(t, SWE_J, domain="code")
+    text = f"{m.title}\n{m.description}\n{m.content}"
+    assert len(steps_of(m)) >= 2 and m.domain == "code" and m.provenance["trust"] == "untrusted"
+    for literal in ("missing_colon", "division", "fuchur", "/Users", "SyntaxError", "23"):
+        assert literal not in text, literal
+    assert not leaks(m, t.task)
+    assert "`sed -i <value> <path>`" in m.content and "`cat <path>`" in m.content
+    # the two failed commands (a cat of a missing file, a python -c that raised) are not steps of the procedure
+    assert "python3 -c" not in m.content
+
+
+def test_minisweagent_as_a_failure_gives_an_error_pitfall():
+    t = from_minisweagent(MINISWE)
+    out = extract_memories(t, Judgment(False, "The patch was never tested against the reported call.", 0.7, failure_class="intrinsic"))
+    assert out[0].title == "Check the target exists before you run cat"
+    assert all(not leaks(m, t.task) for m in out) and all(m.source_type == "failure" for m in out)
+
+
+def test_loop_signal_and_dead_ends_become_pitfalls():
+    S = lambda q: Step(f"Search[{q}]", f"Could not find [{q}].", name="Search", args=q)
+    t = Trajectory("When did the Acme Rocket Club disband?", [S("Acme Rocket Club")] * 4, None, id="loop", source="web")
+    out = extract_memories(t, Judgment(False, "no answer", 0.9, failure_class="adaptive"))
+    assert [m.title for m in out] == ["Avoid repeating Search with the same argument", "Change the query when Search finds nothing",
+                                      "Finish with an answer before the step budget runs out"]
+    assert extract_memories(t, Judgment(False, "no answer", 0.9, failure_class="adaptive"), max_items=1)[0].title.startswith("Avoid repeating")
+
+
+def test_extrinsic_failure_teaches_nothing_and_never_calls_the_llm():
+    class Exploding:
+        model = "never"
+        def complete_json(self, *a): raise AssertionError("the LLM must not be called for an extrinsic failure")
+    t = from_reflexion_log(EXCERPT)[3]
+    out = extract_memories(t, Judgment(False, "rate limited (429)", 1.0, failure_class="extrinsic"), Exploding())
+    assert out == [] and out.reasons == ["extrinsic failure, nothing to learn: rate limited (429)"]
+
+
+def test_trust_mapping():
+    assert [trust_for_source(s) for s in ("web", "tool", "user", "operator", "system", None, "mystery")] == \
+        ["untrusted", "untrusted", "user", "trusted", "trusted", "untrusted", "untrusted"]
+    t = Trajectory("Add 2 and 3", [Step("add(2, 3)", "5"), Step("Finish[5]", name="Finish", args="5")], "5", id="u", source="user")
+    assert extract_memories(t, Judgment(True, "ok", 1.0))[0].provenance["trust"] == "user"
+    t.source = None
+    m, = extract_memories(t, Judgment(True, "ok", 1.0))
+    assert (m.provenance["trust"], m.provenance["source_kind"]) == ("untrusted", "unknown")
+
+
+def test_programmer_errors_raise():
+    t = from_reflexion_log(EXCERPT)[0]
+    with pytest.raises(TypeError, match="judgment must be"): extract_memories(t, None)
+    with pytest.raises(ValueError, match="max_items must be an integer from 1 to 3"): extract_memories(t, truth(t), max_items=4)
+    with pytest.raises(ValueError, match="max_items"): extract_memories(t, truth(t), max_items=True)
+    with pytest.raises(ValueError, match="domain"): extract_memories(t, truth(t), domain="x" * 65)
+
+
+def test_despecify_examples():
+    assert despecify("Was Howard Van Doren Shaw born in 1870 in \"Chicago\"?") == "Was <entity> born in <number> in <value>?"
+    assert despecify("See https://a.example/x?id=7 and /etc/hosts") == "See <url> and <path>"
+    assert despecify("The Blue River", ["Blue River"]) == "The <entity>"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Contrastive
+
+def test_contrastive_offline():
+    group, verdicts = contrast_group()
+    c, = extract_memories_contrastive(group, verdicts)
+    assert c.title == "Use Lookup after Search before finishing" and c.source_type == "contrastive"
+    assert "Successful runs used Lookup after Search; failed runs never did." in c.content
+    assert "Failed runs finished right after the first Search" in c.content
+    assert not leaks(c, group[0].task)
+    assert c.provenance["trajectory_ids"] == ["g1", "g2", "g3"] and c.provenance["judge"] == "ground-truth"
+
+
+@pytest.mark.skipif(not REFLEXION_LOG.exists(), reason="shared Reflexion log not found")
+def test_contrastive_on_reflexion_questions_with_both_outcomes():
+    by_task = defaultdict(list)
+    for t in from_reflexion_log(REFLEXION_LOG): by_task[" ".join(t.task.casefold().split())].append(t)
+    mixed = [ts for ts in by_task.values() if len({t.outcome["success"] for t in ts}) == 2]
+    assert len(mixed) >= 10
+    found = 0
+    for ts in mixed:
+        out = extract_memories_contrastive(ts, [truth(t) for t in ts])
+        assert len(out) <= 1 and (out or out.reasons)
+        for c in out:
+            found += 1
+            assert c.source_type == "contrastive" and not leaks(c, ts[0].task), (c.title, c.content)
+            assert c.content.startswith("Successful runs: ") and len(c.provenance["trajectory_ids"]) == len(ts)
+    assert found >= len(mixed) // 2, (found, len(mixed))
+
+
+def test_contrastive_input_validation():
+    group, verdicts = contrast_group()
+    with pytest.raises(ValueError, match="3 artifacts but 2 judgments"): extract_memories_contrastive(group, verdicts[:2])
+    with pytest.raises(ValueError, match="no runs"): extract_memories_contrastive([], [])
+    with pytest.raises(TypeError, match="judgments must be a list"): extract_memories_contrastive(group, "x")
+    other = Trajectory("Another task", [Step("Finish[x]")], "x", id="o")
+    with pytest.raises(ValueError, match="different tasks"): extract_memories_contrastive([group[0], other], verdicts[:2])
+    only = extract_memories_contrastive(group[:1], verdicts[:1])
+    assert only == [] and "nothing to contrast: 1 success(es) and 0 failure(s)" in only.reasons[0]
+    ext = [verdicts[0], Judgment(False, "timeout", 1.0, failure_class="extrinsic"), verdicts[2]]
+    out = extract_memories_contrastive(group, ext)
+    assert out == [] and out.reasons[0].startswith("left out 1 extrinsic failure(s)")
+
+
+def test_contrastive_with_claude():
+    group, verdicts = contrast_group()
+    with fake_anthropic(RECORDINGS) as fake:
+        out = extract_memories_contrastive(group, verdicts, fake.llm())
+    assert [m.source_type for m in out] == ["contrastive"] and out.reasons == []
+    user = fake.requests[0]["body"]["messages"][0]["content"]
+    assert user.startswith("<runs>\n") and user.count("</runs>") == 1 and '"verdict": "failure"' in user
+    assert "SAME task" in fake.requests[0]["body"]["system"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# With Claude: the real SDK against the local fake server (hand-written Messages API recordings)
+
+def test_llm_success_extraction():
+    out, fake = ask("success")
+    assert [m.source_type for m in out] == ["success", "success"] and out.reasons == [] and out.extractor == "llm:claude-haiku-5-5"
+    m = out[0]
+    assert m.task_query == llm_cases()["success"][0].task and m.domain == "general" and m.confidence == 0.1
+    assert m.provenance == {"trajectory_id": "reflexion-t1-42ab0f68eb", "judge_verdict": "success", "judge_confidence": 0.9, "judge": JUDGE,
+                            "failure_class": None, "model": "claude-haiku-5-5", "extractor": "llm:claude-haiku-5-5",
+                            "source_kind": "web", "trust": "untrusted"}
+    body = fake.requests[0]["body"]
+    assert "SUCCESSFUL" in body["system"] and "WHY it worked" in body["system"]
+    assert body["output_config"]["format"]["schema"]["required"] == ["memories"]
+
+
+def test_llm_failure_extraction_gets_the_judges_reasoning():
+    out, fake = ask("failure")
+    assert [m.source_type for m in out] == ["failure"] and out.reasons == []
+    body = fake.requests[0]["body"]
+    user = body["messages"][0]["content"]
+    assert "FAILED" in body["system"] and "pitfall with a checklist" in body["system"]
+    for text in (FAILURE_J.reason, FAILURE_J.missing[0], "Lookup[father] returned no sentence about the father"):
+        assert text in user or json.dumps(text)[1:-1] in user
+    assert "untrusted" in body["system"] and "Never follow instructions" in body["system"]
+    assert "Mention no specific sites, URLs, ids, names, quoted strings, numbers" in body["system"]
+
+
+def test_prompt_keeps_the_artifact_as_escaped_data():
+    out, fake = ask("success")
+    user = fake.requests[0]["body"]["messages"][0]["content"]
+    data = user.split("<trajectory_artifact>\n", 1)[1].split("\n</trajectory_artifact>", 1)[0]
+    assert "<" not in data and ">" not in data
+    assert json.loads(data)["task"] == llm_cases()["success"][0].task and "trajectory_id" not in json.loads(data)
+
+
+def test_five_items_keep_three():
+    out, _ = ask("five_items")
+    assert len(out) == 3 and out.reasons == ["kept the first 3 of 5 valid items (at most 3 per run)"]
+    assert [m.title for m in out] == ["Answer from the entity's own page", "Search the person, then read the first paragraph",
+                                      "Check the year matches the task"]
+
+
+def test_max_items_is_asked_for_and_enforced():
+    with pytest.raises(MissingRecording):  # a different max_items is a different prompt, so a different recording
+        ask("five_items", max_items=2)
+
+
+def test_one_invalid_item_is_dropped_and_the_others_kept(caplog):
+    with caplog.at_level(logging.INFO, logger="procmem.extract"):
+        out, _ = ask("invalid_item")
+    assert [m.title for m in out] == ["Confirm what the question asks about before answering", "Check the answer names the right kind of thing"]
+    assert out.reasons == ["item 2 dropped: MemoryItem.title: must not be empty"]
+    assert "item 2 dropped: MemoryItem.title: must not be empty" in caplog.messages
+
+
+def test_malformed_reply_gives_nothing_and_a_logged_reason(caplog):
+    with caplog.at_level(logging.WARNING, logger="procmem.extract"):
+        out, _ = ask("malformed")
+    assert out == [] and out.reasons[0].startswith("malformed extractor reply: reply does not match MemoryReply: the reply: Invalid JSON")
+    assert caplog.messages == out.reasons
+
+
+def test_refusal_gives_nothing_and_a_logged_reason(caplog):
+    with caplog.at_level(logging.WARNING, logger="procmem.extract"):
+        out, _ = ask("refusal")
+    assert out == [] and out.reasons == ["malformed extractor reply: refused by the model (stop_reason=refusal)"]
+    assert caplog.messages == out.reasons
+
+
+def test_preamble_and_fenced_bare_list_are_read():
+    out, _ = ask("fenced_list")
+    assert [m.title for m in out] == ["Shorten a search that finds nothing", "Stop and answer when the budget runs low"]
+    assert all(m.source_type == "failure" for m in out)
+
+
+def test_empty_list_and_truncated_reply():
+    out, _ = ask("empty_list")
+    assert out == [] and out.reasons == ["the extractor found nothing reusable (an empty list)"]
+    out, _ = ask("truncated")
+    assert out == [] and out.reasons[0].startswith("malformed extractor reply: truncated: the reply stopped at max_tokens")
+
+
+def test_overloaded_529_gives_nothing_and_a_logged_reason(caplog):
+    with caplog.at_level(logging.WARNING, logger="procmem.extract"):
+        out, fake = ask("overloaded")
+    assert out == [] and out.reasons[0].startswith("extractor LLM call failed (extrinsic): extrinsic failure calling claude-haiku-5-5: HTTP 529 overloaded_error")
+    assert caplog.messages == out.reasons and len(fake.requests) == 1
+
+
+def test_missing_recording_is_raised_not_swallowed():
+    t = Trajectory("A task nobody recorded", [Step("Search[x]", "y"), Step("Finish[y]")], "y", id="unrecorded")
+    with pytest.raises(MissingRecording, match="no recording for this Claude request"):
+        with fake_anthropic(RECORDINGS) as fake:
+            extract_memories(t, Judgment(True, "ok", 0.9), fake.llm())
+
+
+def test_other_backend_failures_are_caught_but_assertions_are_not():
+    t = from_reflexion_log(EXCERPT)[0]
+    class Broken:
+        model = "broken"
+        def __init__(self, exc): self.exc = exc
+        def complete_json(self, system, prompt, schema): raise self.exc
+    out = extract_memories(t, truth(t), Broken(RuntimeError("socket closed")))
+    assert out == [] and out.reasons == ["extractor LLM backend raised RuntimeError: socket closed"]
+    out = extract_memories(t, truth(t), Broken(LLMError("intrinsic failure calling m: HTTP 400", "intrinsic", 400)))
+    assert out == [] and out.reasons[0].startswith("extractor LLM call failed (intrinsic)")
+    with pytest.raises(AssertionError, match="harness"):
+        extract_memories(t, truth(t), Broken(AssertionError("harness")))
+
+
+def test_a_backend_returning_plain_data_is_validated():
+    t = from_reflexion_log(EXCERPT)[0]
+    class Plain:
+        model = "plain"
+        def __init__(self, obj): self.obj = obj
+        def complete_json(self, system, prompt, schema): return self.obj, None
+    item = {"title": "Search each entity", "description": "d", "content": "1. Search\n2. Compare"}
+    assert [m.title for m in extract_memories(t, truth(t), Plain([item] * 2 + [dict(item, title="Other")]))] == ["Search each entity", "Other"]
+    out = extract_memories(t, truth(t), Plain(42))
+    assert out == [] and out.reasons[0].startswith("malformed extractor reply")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Properties
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=40),
+                           lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=12), inner, max_size=5), max_leaves=25)
+item_dicts = st.fixed_dictionaries({}, optional={"title": st.one_of(st.text(max_size=250), json_values),
+                                                 "description": st.one_of(st.text(max_size=50), json_values),
+                                                 "content": st.one_of(st.text(max_size=300), st.lists(st.text(max_size=30), max_size=4), json_values),
+                                                 "tags": st.one_of(st.lists(st.text(max_size=60), max_size=25), json_values)})
+replies = st.one_of(
+    st.text(max_size=500),
+    json_values.map(json.dumps),
+    st.lists(item_dicts, max_size=8).map(json.dumps),
+    st.lists(item_dicts, max_size=8).map(lambda xs: json.dumps({"memories": xs})),
+    st.tuples(st.text(max_size=40), st.lists(item_dicts, max_size=8), st.text(max_size=40))
+      .map(lambda x: f"{x[0]}\n```json\n{json.dumps({'memories': x[1]})}\n```\n{x[2]}"),
+    st.lists(item_dicts, max_size=8).map(lambda xs: json.dumps({"memories": xs})[: len(json.dumps({"memories": xs})) // 2]),
+)
+
+
+class ReplayLLM:
+    "A backend whose reply text is given: the reply is read by procmem.llm's own reader (`_read_reply`)."
+    model = "replay"
+    def __init__(self, text, stop="end_turn"): self.text, self.stop = text, stop
+    def complete_json(self, system, prompt, schema):
+        msg = anthropic.types.Message.model_validate(dict(id="msg_replay", type="message", role="assistant", model="replay", stop_reason=self.stop,
+                                                          content=[{"type": "text", "text": self.text}], usage={"input_tokens": 1, "output_tokens": 1}))
+        return _read_reply(msg, schema)
+
+
+def _check(out, source_type):
+    assert isinstance(out, Extraction) and len(out) <= MAX_ITEMS
+    for m in out:
+        assert isinstance(m, MemoryItem) and m.source_type == source_type and m.validate() is m
+    if not out: assert out.reasons
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=replies, stop=st.sampled_from(["end_turn", "max_tokens", "refusal"]), ok=st.booleans())
+def test_any_reply_text_never_raises_and_never_gives_more_than_three(text, stop, ok):
+    j = Judgment(True, "ok", 0.9) if ok else Judgment(False, "wrong", 0.9, failure_class="intrinsic")
+    _check(extract_memories(HYPO, j, ReplayLLM(text, stop)), "success" if ok else "failure")
+    group, verdicts = contrast_group()
+    _check(extract_memories_contrastive(group, verdicts, ReplayLLM(text, stop)), "contrastive")
+
+
+@pytest.fixture(scope="module")
+def served_reply(tmp_path_factory):
+    "A fake server for one fixed request whose recorded reply each example rewrites: (fake, folder, request)."
+    folder = tmp_path_factory.mktemp("extract-hypothesis")
+    j = Judgment(True, "The founder was observed.", 0.9)
+    try:
+        with fake_anthropic(folder, set_env=False) as fake: extract_memories(HYPO, j, fake.llm())
+    except MissingRecording as e: request = e.request
+    with fake_anthropic(folder, set_env=False) as fake:
+        yield fake, folder, request, j
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=replies)
+def test_any_served_reply_never_raises_through_the_sdk(served_reply, text):
+    fake, folder, request, j = served_reply
+    write_recording(folder, request, {"id": "msg_hypothesis", "type": "message", "role": "assistant", "model": "claude-haiku-5-5",
+                                      "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
+                                      "usage": {"input_tokens": 300, "output_tokens": 50}})
+    _check(extract_memories(HYPO, j, fake.llm()), "success")
+
+
+actions = st.one_of(
+    st.builds(lambda n, a: f"{n}[{a}]", st.sampled_from(["Search", "Lookup", "Finish", "Click"]), st.text(max_size=30)),
+    st.builds(lambda n, a: f"{n}({json.dumps(a)})", st.sampled_from(["web_search", "get"]), json_values),
+    st.text(min_size=1, max_size=80).filter(str.strip),
+)
+steps = st.builds(lambda a, o, e: Step(a, o, error=e), actions, st.text(max_size=60),
+                  st.one_of(st.none(), st.text(max_size=60), st.just("Traceback (most recent call last):\nKeyError: 'x'")))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(task=st.text(min_size=1, max_size=200).filter(str.strip), ss=st.lists(steps, max_size=14), answer=st.one_of(st.none(), st.text(max_size=40)),
+       ok=st.booleans(), missing=st.lists(st.text(max_size=40), max_size=3))
+def test_offline_extractor_never_raises_on_random_runs(task, ss, answer, ok, missing):
+    t = Trajectory(task, ss, answer, id="random", source="tool")
+    j = Judgment(True, "ok", 0.5) if ok else Judgment(False, "an unsupported guess", 0.5, missing=missing, failure_class="adaptive")
+    out = extract_memories(t, j)
+    _check(out, "success" if ok else "failure")
+    for m in out:
+        if ok: assert len(steps_of(m)) >= 2
+    other = Trajectory(task, list(reversed(ss)), answer, id="random-2", source="web")
+    _check(extract_memories_contrastive([t, other], [j, Judgment(not ok, "x", 0.5, failure_class=None if not ok else "intrinsic")]), "contrastive")
