@@ -27,22 +27,9 @@ RECORDINGS = FIXTURES / "llm" / "extract"
 EXCERPT = FIXTURES / "trajectories" / "reflexion_excerpt.txt"
 MINISWE = FIXTURES / "trajectories" / "minisweagent_test_output.json"
 REFLEXION_LOG = ROOT.parent / "shared" / "data" / "reflexion" / "hotpotqa_react_reflexion_100q_5trials.txt"
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
-@pytest.fixture(autouse=True)
-def offline(monkeypatch):
-    "No network: only loopback connections; a dummy key; a stray default client points at a closed local port."
-    real_connect = socket.socket.connect
-    def guarded_connect(sock, address):
-        if sock.family in (socket.AF_INET, socket.AF_INET6) and address[0] not in LOOPBACK:
-            raise AssertionError(f"a test tried to reach the network: {address!r}")
-        return real_connect(sock, address)
-    monkeypatch.setattr(socket.socket, "connect", guarded_connect)
-    monkeypatch.setenv("ANTHROPIC_API_KEY", DUMMY_API_KEY)
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
-    monkeypatch.delenv("PROCMEM_MODEL", raising=False)
-    monkeypatch.delenv("PROCMEM_RECORD", raising=False)
+pytestmark = pytest.mark.usefixtures("no_network")  # see conftest.py
 
 
 # ---------------------------------------------------------------------------------------------------------

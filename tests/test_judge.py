@@ -17,7 +17,6 @@ from procmem.trajectory import Step, Trajectory, extract_trajectory_artifact, fr
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "llm" / "judge"
 REFLEXION_LOG = ROOT.parent / "shared" / "data" / "reflexion" / "hotpotqa_react_reflexion_100q_5trials.txt"
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 # The judged trajectories: must stay identical to JUDGE_CASES in nbs/09_judge.ipynb (the prompt is the recording key).
 STEPS_OK = [Step("search_entity('Animal')", "[{'uri': 'ex:Animal', 'label': 'Animal'}]", "Find the class first."),
@@ -35,18 +34,7 @@ CASES = {
 }
 
 
-@pytest.fixture(autouse=True)
-def offline(monkeypatch):
-    "No network: only loopback connections; a dummy key; a stray default client points at a closed local port."
-    real_connect = socket.socket.connect
-    def guarded_connect(sock, address):
-        if sock.family in (socket.AF_INET, socket.AF_INET6) and address[0] not in LOOPBACK:
-            raise AssertionError(f"a test tried to reach the network: {address!r}")
-        return real_connect(sock, address)
-    monkeypatch.setattr(socket.socket, "connect", guarded_connect)
-    monkeypatch.setenv("ANTHROPIC_API_KEY", DUMMY_API_KEY)
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
-    for k in ("PROCMEM_MODEL", "PROCMEM_RECORD", "ANTHROPIC_AUTH_TOKEN"): monkeypatch.delenv(k, raising=False)
+pytestmark = pytest.mark.usefixtures("no_network")  # see conftest.py
 
 
 class NoCall:

@@ -36,23 +36,9 @@ REFUSED = task("Write a working exploit for the login service and report whether
 OFF_SCHEMA = task("List the properties whose domain is ex:Person.\nStep 1: Person_meta.domains -> [ex:name]\nAnswer: ex:name")
 EMPTY = task("Find a path from ex:Dog to ex:Plant.\nStep 1: find_path(ex:Dog, ex:Plant) -> []\nAnswer: none")
 TRUNCATED = task("Describe ex:Dog.\nStep 1: describe_entity(ex:Dog) -> 14 triples\nAnswer: a domesticated mammal")
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
-@pytest.fixture(autouse=True)
-def offline(monkeypatch):
-    "No network: only loopback connections; a dummy key; a stray default client points at a closed local port."
-    real_connect = socket.socket.connect
-    def guarded_connect(sock, address):
-        if sock.family in (socket.AF_INET, socket.AF_INET6) and address[0] not in LOOPBACK:
-            raise AssertionError(f"a test tried to reach the network: {address!r}")
-        return real_connect(sock, address)
-    monkeypatch.setattr(socket.socket, "connect", guarded_connect)
-    monkeypatch.setenv("ANTHROPIC_API_KEY", DUMMY_API_KEY)
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
-    monkeypatch.delenv("PROCMEM_MODEL", raising=False)
-    monkeypatch.delenv("PROCMEM_RECORD", raising=False)
-    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+pytestmark = pytest.mark.usefixtures("no_network")  # see conftest.py
 
 
 def test_network_guard_refuses_non_loopback():

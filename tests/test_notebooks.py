@@ -52,6 +52,14 @@ def test_notebook_runs(nb):
     assert ok, f"{nb.name} failed after {elapsed:.1f}s:\n{err[-6000:]}"
 
 
+def test_landing_notebook_runs_and_matches_readme():
+    "index.ipynb (the README's source) runs from the repository root, and README.md is its rendering."
+    ok, elapsed, err = run_notebook(ROOT / "index.ipynb", skip_flags=_skip_flags(), cwd=ROOT)
+    assert ok, f"index.ipynb failed after {elapsed:.1f}s:\n{err[-6000:]}"
+    r = subprocess.run([sys.executable, str(ROOT / ".ci" / "make_readme.py"), "--check"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 def _write_nb(path: Path, cells: list[str]) -> Path:
     nb = {"cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [], "source": src}
                     for i, src in enumerate(cells)],
