@@ -455,8 +455,8 @@ def idf_mass(self:BM25Index, query) -> float:
     f = next(iter(self.fields)); n = max(len(self), 1)
     return sum(qtf * bm25_idf(n, self._doc_freq(f, t)) for t, qtf in q.items())
 
-# %% ../nbs/03_retrieval.ipynb #33687a2d
-DEFAULT_MIN_RELEVANCE = 0.2  # score / query IDF mass below which a memory is not returned
+# %% ../nbs/03_retrieval.ipynb #31d6bf1d
+DEFAULT_MIN_RELEVANCE = 0.25  # score / query IDF mass below which a memory is not returned (bench/quality.py)
 
 def retrieve_memories(store:MemoryStore, task:str, k:int=3, domain=None, source_type=None,
                       min_relevance:float=DEFAULT_MIN_RELEVANCE, record:bool=True, with_scores:bool=False) -> list:
