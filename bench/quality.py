@@ -36,7 +36,7 @@ import argparse, json, math, random, re, statistics, subprocess, sys, time
 from collections import defaultdict
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from _common import REPO, git_commit
 DATA = REPO.parent / "shared" / "data"
 FLOORS = [0, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5]
 
@@ -195,13 +195,6 @@ def md_floor(table, sizes, n_in, n_all, variant) -> list[str]:
                  + f" | {r['recall3']:.3f} | {r['any_rel']:.3f} | {r['empty']:.3f} | {r['prec']:.3f} | {bal[r['floor']]:.3f} |")
     best = max(bal, key=lambda f: (round(bal[f], 3), -f))
     return L + ["", f"balanced = mean of \"OOD → [] (all)\" and \"in-domain ≥1 same-template\"; highest at min_relevance = {best:g}.", ""]
-
-def git_commit() -> str:
-    try:
-        h = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "procmem"], capture_output=True, text=True).stdout.strip()
-        return h + (" + uncommitted changes in procmem/" if dirty else "")
-    except OSError: return "unknown"
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

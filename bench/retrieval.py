@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse, json, os, platform, resource, shutil, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from _common import REPO, git_commit
 SHARED = REPO.parent / "shared"
 GEN_N = 1_000_000  # always generate the full corpus: smaller sizes are prefixes; queries depend on it
 DATA = REPO / "bench" / "data" / f"corpus-{GEN_N}"
@@ -249,13 +249,6 @@ def bench_size(n: int, nq: int, repeats: int, workdir: Path, log) -> dict:
     return dict(n=n, builds=builds, searches=searches, adds=adds, disk=disk, rb=rb)
 
 def fmt_n(n): return f"{n // 1_000_000}M" if n >= 1_000_000 and n % 1_000_000 == 0 else f"{n // 1000}k"
-
-def git_commit() -> str:
-    try:
-        h = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "procmem"], capture_output=True, text=True).stdout.strip()
-        return h + (" + uncommitted changes in procmem/" if dirty else "")
-    except OSError: return "unknown"
 
 def report(results: list[dict], nq: int, repeats: int, started: str, commit: str = "") -> str:
     cols = [fmt_n(r["n"]) for r in results]
