@@ -41,7 +41,8 @@ DATA = REPO.parent / "shared" / "data"
 FLOORS = [0, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5]
 
 from procmem import MemoryItem, MemoryStore, BM25Index, retrieve_memories, tokenize
-from procmem.retrieval import memory_text, DEFAULT_MIN_RELEVANCE
+from procmem.index import memory_text
+from procmem.retrieval import DEFAULT_MIN_RELEVANCE
 from rank_bm25 import BM25Okapi
 
 _PH = re.compile(r"\{\{[^}]*\}\}")

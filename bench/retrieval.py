@@ -177,7 +177,7 @@ def w_rb(n: int, nq: int, rebuild_nq: int):
     import numpy as np
     from rank_bm25 import BM25Okapi
     from procmem import tokenize
-    from procmem.retrieval import memory_text
+    from procmem.index import memory_text
     items = load_items(n); qs = load_queries(nq)
     before_tok = proc_status()
     t = now(); toks = [tokenize(memory_text(to_memory(d))) for d in items]; t_tok = now() - t

@@ -6,7 +6,7 @@ import math, random
 import pytest
 from rank_bm25 import BM25Okapi
 from procmem import BM25Index, MemoryItem, MemoryStore, bootstrap_general_strategies, retrieve_memories, tokenize
-from procmem.retrieval import B, K1, bm25_idf
+from procmem.index import B, K1, bm25_idf
 
 
 class LuceneBM25(BM25Okapi):
