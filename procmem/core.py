@@ -13,11 +13,12 @@ from fastcore.basics import patch
 __all__ = ['SOURCE_TYPES', 'SCHEMA_VERSION', 'LIMITS', 'MemoryValidationError', 'utc_now', 'parse_timestamp', 'normalize_text',
            'content_fingerprint', 'MemoryItem']
 
-# %% ../nbs/00_core.ipynb #6ffedb65
+# %% ../nbs/00_core.ipynb #ba21135c
 SOURCE_TYPES = ("success", "failure", "seed", "contrastive")  # where a memory came from
 SCHEMA_VERSION = 1
 LIMITS = dict(id=128, title=200, description=1_000, content=8_000, task_query=4_000,
-              tags=20, tag=50, domain=64, session_id=128, provenance=4_000)
+              tags=20, tag=50, domain=64, session_id=128, provenance=4_000,
+              example_queries=5, lineage=3, lineage_entry=16_000)
 
 # %% ../nbs/00_core.ipynb #db325ecb
 class MemoryValidationError(ValueError):
@@ -42,12 +43,13 @@ def normalize_text(s:str) -> str:
     "NFKC, case-fold and collapse whitespace: the canonical form used for fingerprints and scans."
     return " ".join(unicodedata.normalize("NFKC", s).casefold().split())
 
-# %% ../nbs/00_core.ipynb #0706cb14
+# %% ../nbs/00_core.ipynb #ac2927c2
 def content_fingerprint(title:str, content:str) -> str:
     "A 32-hex-digit hash of the normalised title and content."
-    return hashlib.sha256(f"{normalize_text(title)}\x1f{normalize_text(content)}".encode()).hexdigest()[:32]
+    key = f"{normalize_text(title)}\x1f{normalize_text(content)}"
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
 
-# %% ../nbs/00_core.ipynb #9833cbb2
+# %% ../nbs/00_core.ipynb #f5f08641
 @dataclass
 class MemoryItem:
     "One procedural memory: a strategy from a success or a pitfall from a failure."
@@ -67,7 +69,9 @@ class MemoryItem:
     success_count: int = 0
     failure_count: int = 0
     last_used_at: str|None = None
-    provenance: dict = field(default_factory=dict)  # trajectory id, judge verdict, model, source kind, trust
+    provenance: dict = field(default_factory=dict)  # trajectory id, judge verdict, model, trust
+    example_queries: list = field(default_factory=list)  # other tasks that produced it (merges)
+    lineage: list = field(default_factory=list)  # earlier versions of its text (replaces), dicts
     schema_version: int = SCHEMA_VERSION
     extra: dict = field(default_factory=dict)  # unknown keys read from JSON, written back unchanged
 
@@ -76,26 +80,102 @@ class MemoryItem:
     @property
     def fingerprint(self) -> str: return content_fingerprint(self.title, self.content)
 
-# %% ../nbs/00_core.ipynb #9bd94cad
-def _check_text(name, v, required=False, nullable=False):
-    if v is None and nullable: return
-    if not isinstance(v, str): raise MemoryValidationError(name, f"must be a string, got {type(v).__name__}")
-    if required and not v.strip(): raise MemoryValidationError(name, "must not be empty")
-    if len(v) > LIMITS[name]: raise MemoryValidationError(name, f"is {len(v):,} characters; the limit is {LIMITS[name]:,}")
-    if "\x00" in v: raise MemoryValidationError(name, "contains a NUL character")
-    try: v.encode("utf-8")
-    except UnicodeEncodeError: raise MemoryValidationError(name, "contains a lone surrogate, which is not valid Unicode text") from None
+# %% ../nbs/00_core.ipynb #a924ae08
+def _check_text(name, v, required=False, nullable=False, limit=None):
+    "Raise unless `v` is a (non-empty if `required`) string within its limit, free of NULs and surrogates."
+    if v is None and nullable:
+        return
+    if not isinstance(v, str):
+        raise MemoryValidationError(name, f"must be a string, got {type(v).__name__}")
+    if required and not v.strip():
+        raise MemoryValidationError(name, "must not be empty")
+    limit = LIMITS[name] if limit is None else limit
+    if len(v) > limit:
+        raise MemoryValidationError(name, f"is {len(v):,} characters; the limit is {limit:,}")
+    if "\x00" in v:
+        raise MemoryValidationError(name, "contains a NUL character")
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        msg = "contains a lone surrogate, which is not valid Unicode text"
+        raise MemoryValidationError(name, msg) from None
 
 def _check_count(name, v):
+    "Raise unless `v` is a non-negative int (not a bool)."
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise MemoryValidationError(name, f"must be a non-negative integer, got {v!r}")
 
-# %% ../nbs/00_core.ipynb #f96fe378
+# %% ../nbs/00_core.ipynb #d4bd6935
+def _check_list(name, v, limit:int):
+    "Raise unless `v` is a list of at most `limit` entries."
+    if not isinstance(v, list):
+        raise MemoryValidationError(name, f"must be a list, got {type(v).__name__}")
+    if len(v) > limit:
+        raise MemoryValidationError(name, f"has {len(v)} entries; the limit is {limit}")
+
+def _check_tags(tags):
+    "Raise unless `tags` is a list of short non-empty strings."
+    _check_list("tags", tags, LIMITS["tags"])
+    for t in tags:
+        if not isinstance(t, str) or not t.strip():
+            raise MemoryValidationError("tags", f"each tag must be a non-empty string, got {t!r}")
+        if len(t) > LIMITS["tag"]:
+            msg = f"tag {t[:20]!r}... is longer than {LIMITS['tag']} characters"
+            raise MemoryValidationError("tags", msg)
+
+# %% ../nbs/00_core.ipynb #bbe58875
+def _check_history(example_queries, lineage):
+    "Raise unless `example_queries` is a list of task texts and `lineage` a list of small dicts."
+    _check_list("example_queries", example_queries, LIMITS["example_queries"])
+    for q in example_queries:
+        _check_text("example_queries", q, required=True, limit=LIMITS["task_query"])
+    _check_list("lineage", lineage, LIMITS["lineage"])
+    for e in lineage:
+        if not isinstance(e, dict):
+            raise MemoryValidationError("lineage", f"each entry must be a dict, got {type(e).__name__}")
+        if len(repr(e)) > LIMITS["lineage_entry"]:
+            msg = f"an entry is larger than {LIMITS['lineage_entry']:,} characters"
+            raise MemoryValidationError("lineage", msg)
+
+# %% ../nbs/00_core.ipynb #a2eae5d8
+def _check_numbers(m):
+    "Raise unless the counters are non-negative ints and confidence is in [0, 1]."
+    for name in ("access_count", "use_count", "success_count", "failure_count", "schema_version"):
+        _check_count(name, getattr(m, name))
+    c = m.confidence
+    if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or not 0 <= c <= 1:
+        raise MemoryValidationError("confidence", f"must be a number in [0, 1], got {c!r}")
+
+def _check_times(m):
+    "Raise unless `created_at` (and `last_used_at` when set) are ISO-8601 timestamps."
+    for name in ("created_at", "last_used_at"):
+        v = getattr(m, name)
+        if v is None and name == "last_used_at":
+            continue
+        try:
+            parse_timestamp(v)
+        except (TypeError, ValueError, AttributeError):
+            msg = f"must be an ISO-8601 timestamp, got {v!r}"
+            raise MemoryValidationError(name, msg) from None
+
+# %% ../nbs/00_core.ipynb #785398bb
+def _check_dicts(m):
+    "Raise unless `provenance` is a small dict and `extra` a dict."
+    if not isinstance(m.provenance, dict):
+        raise MemoryValidationError("provenance", "must be a dict")
+    if len(repr(m.provenance)) > LIMITS["provenance"]:
+        msg = f"is larger than {LIMITS['provenance']:,} characters"
+        raise MemoryValidationError("provenance", msg)
+    if not isinstance(m.extra, dict):
+        raise MemoryValidationError("extra", "must be a dict")
+
+# %% ../nbs/00_core.ipynb #da6b15df
 @patch
 def validate(self:MemoryItem) -> MemoryItem:
     "Raise `MemoryValidationError` naming the first bad field; return the item when it is valid."
     _check_text("id", self.id, required=True)
-    if any(c.isspace() for c in self.id): raise MemoryValidationError("id", "must not contain whitespace")
+    if any(c.isspace() for c in self.id):
+        raise MemoryValidationError("id", "must not contain whitespace")
     _check_text("title", self.title, required=True)
     _check_text("description", self.description)
     _check_text("content", self.content, required=True)
@@ -103,24 +183,13 @@ def validate(self:MemoryItem) -> MemoryItem:
     _check_text("domain", self.domain, required=True)
     _check_text("session_id", self.session_id, nullable=True)
     if self.source_type not in SOURCE_TYPES:
-        raise MemoryValidationError("source_type", f"{self.source_type!r} is not one of {', '.join(SOURCE_TYPES)}")
-    if not isinstance(self.tags, list): raise MemoryValidationError("tags", f"must be a list of strings, got {type(self.tags).__name__}")
-    if len(self.tags) > LIMITS["tags"]: raise MemoryValidationError("tags", f"has {len(self.tags)} tags; the limit is {LIMITS['tags']}")
-    for t in self.tags:
-        if not isinstance(t, str) or not t.strip(): raise MemoryValidationError("tags", f"each tag must be a non-empty string, got {t!r}")
-        if len(t) > LIMITS["tag"]: raise MemoryValidationError("tags", f"tag {t[:20]!r}... is longer than {LIMITS['tag']} characters")
-    for name in ("access_count", "use_count", "success_count", "failure_count", "schema_version"): _check_count(name, getattr(self, name))
-    c = self.confidence
-    if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or not 0.0 <= c <= 1.0:
-        raise MemoryValidationError("confidence", f"must be a number in [0, 1], got {c!r}")
-    for name in ("created_at", "last_used_at"):
-        v = getattr(self, name)
-        if v is None and name == "last_used_at": continue
-        try: parse_timestamp(v)
-        except (TypeError, ValueError, AttributeError): raise MemoryValidationError(name, f"must be an ISO-8601 timestamp, got {v!r}") from None
-    if not isinstance(self.provenance, dict): raise MemoryValidationError("provenance", "must be a dict")
-    if len(repr(self.provenance)) > LIMITS["provenance"]: raise MemoryValidationError("provenance", f"is larger than {LIMITS['provenance']:,} characters")
-    if not isinstance(self.extra, dict): raise MemoryValidationError("extra", "must be a dict")
+        msg = f"{self.source_type!r} is not one of {', '.join(SOURCE_TYPES)}"
+        raise MemoryValidationError("source_type", msg)
+    _check_tags(self.tags)
+    _check_history(self.example_queries, self.lineage)
+    _check_numbers(self)
+    _check_times(self)
+    _check_dicts(self)
     return self
 
 # %% ../nbs/00_core.ipynb #40ee993e
@@ -129,6 +198,26 @@ def confirm(self:MemoryItem) -> MemoryItem:
     "Raise confidence by 0.1 (at most 1.0) because the same memory was learned again."
     self.confidence = min(1.0, round(self.confidence + 0.1, 6))
     return self
+
+# %% ../nbs/00_core.ipynb #4873f556
+@patch
+def add_example_query(self:MemoryItem, query:str) -> MemoryItem:
+    "Append `query` to `example_queries` (moved to the end if present), keeping the last 5."
+    if not isinstance(query, str) or not query.strip() or query == self.task_query:
+        return self
+    _check_text("example_queries", query, limit=LIMITS["task_query"])
+    qs = [q for q in self.example_queries if q != query] + [query]
+    self.example_queries = qs[-LIMITS["example_queries"]:]
+    return self
+
+# %% ../nbs/00_core.ipynb #c6004778
+@patch
+def add_lineage(self:MemoryItem, entry:dict) -> MemoryItem:
+    "Append `entry` (e.g. the replaced title/content/counters) to `lineage`, keeping the last 3."
+    if not isinstance(entry, dict):
+        raise MemoryValidationError("lineage", f"each entry must be a dict, got {type(entry).__name__}")
+    self.lineage = (list(self.lineage) + [dict(entry)])[-LIMITS["lineage"]:]
+    return self.validate()
 
 # %% ../nbs/00_core.ipynb #dc162a4d
 _FIELDS = None
@@ -148,12 +237,18 @@ def to_dict(self:MemoryItem) -> dict:
     d["fingerprint"] = self.fingerprint
     return d
 
-# %% ../nbs/00_core.ipynb #11f0315c
+# %% ../nbs/00_core.ipynb #47f1939f
+_NULL_AS_EMPTY = ("tags", "example_queries", "lineage")  # JSON null reads as an empty list
+
 @patch(cls_method=True)
 def from_dict(cls:MemoryItem, d:dict) -> MemoryItem:
     "Build a validated item from a dict: missing fields defaulted, unknown keys kept in `extra`."
-    if not isinstance(d, dict): raise MemoryValidationError("<item>", f"expected a JSON object, got {type(d).__name__}")
-    known = {k: d[k] for k in _field_names() if k in d and not (k == "tags" and d[k] is None)}
-    extra = {k: v for k, v in d.items() if k not in known and k not in ("fingerprint", "extra", "tags")}
-    if "title" not in known: raise MemoryValidationError("title", "is missing")
-    return cls(**known, extra={**d.get("extra", {}), **extra} if isinstance(d.get("extra", {}), dict) else extra)
+    if not isinstance(d, dict):
+        raise MemoryValidationError("<item>", f"expected a JSON object, got {type(d).__name__}")
+    known = {k: d[k] for k in _field_names() if k in d and not (k in _NULL_AS_EMPTY and d[k] is None)}
+    skip = ("fingerprint", "extra") + _NULL_AS_EMPTY
+    extra = {k: v for k, v in d.items() if k not in known and k not in skip}
+    if "title" not in known:
+        raise MemoryValidationError("title", "is missing")
+    given = d.get("extra", {})
+    return cls(**known, extra={**given, **extra} if isinstance(given, dict) else extra)
