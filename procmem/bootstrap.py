@@ -17,10 +17,18 @@ __all__ = ['BOOTSTRAP_TITLES', 'BOOTSTRAP_NAMESPACE', 'BOOTSTRAP_FILE', 'VOCAB_P
            'validate_bootstrap_strategies']
 
 # %% ../nbs/06_bootstrap.ipynb #373c2488
-BOOTSTRAP_TITLES = ("Describe Entity by Label", "Find Subclasses Using GraphMeta", "Find Superclasses Using GraphMeta",
-                    "Find Properties by Domain/Range", "Pattern-Based Entity Search",
-                    "Find Relationship Path Between Entities", "Navigate Class Hierarchy from Roots")  # the seed's 7, in order
-BOOTSTRAP_NAMESPACE = uuid.UUID("2d52a085-4531-58f4-a947-d8fc32825a49")  # uuid5(NAMESPACE_DNS, "bootstrap.procmem.invalid")
+BOOTSTRAP_TITLES = (
+    "Describe Entity by Label",
+    "Find Subclasses Using GraphMeta",
+    "Find Superclasses Using GraphMeta",
+    "Find Properties by Domain/Range",
+    "Pattern-Based Entity Search",
+    "Find Relationship Path Between Entities",
+    "Navigate Class Hierarchy from Roots",
+)  # the seed's 7, in order
+BOOTSTRAP_NAMESPACE = uuid.UUID(
+    "2d52a085-4531-58f4-a947-d8fc32825a49"
+)  # uuid5(NAMESPACE_DNS, "bootstrap.procmem.invalid")
 BOOTSTRAP_FILE = "bootstrap_general.json"
 
 # %% ../nbs/06_bootstrap.ipynb #3161fd07
@@ -28,8 +36,13 @@ BOOTSTRAP_FILE = "bootstrap_general.json"
 def _bootstrap_json() -> str:
     "The text of the shipped bootstrap pack."
     path = resources.files("procmem") / "data" / BOOTSTRAP_FILE
-    try: return path.read_text(encoding="utf-8")
-    except FileNotFoundError: raise FileNotFoundError(f"procmem's bootstrap pack {path} is missing; reinstall procmem (package data data/*.json)") from None
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"procmem's bootstrap pack {path} is missing; reinstall procmem (package data"
+            " data/*.json)"
+        ) from None
 
 # %% ../nbs/06_bootstrap.ipynb #8e97ef05
 def bootstrap_general_strategies() -> list[MemoryItem]:
@@ -37,84 +50,130 @@ def bootstrap_general_strategies() -> list[MemoryItem]:
     return [MemoryItem.from_dict(d) for d in json.loads(_bootstrap_json())]
 
 # %% ../nbs/06_bootstrap.ipynb #6f6d8b8e
-VOCAB_PREFIXES = ("rdf rdfs owl xsd xml skos skosxl schema sdo foaf dc dcterms dct dcat dcmitype prov dbo dbr dbp dbpedia "
-                  "yago wikibase sh void vann geo geosparql gn qudt unit sosa ssn time org vcard sioc bibo doap obo "
-                  "oa odrl ldp hydra cc gr").split()  # well-known vocabulary prefixes
+VOCAB_PREFIXES = (
+    "rdf rdfs owl xsd xml skos skosxl schema sdo foaf dc dcterms dct dcat dcmitype prov dbo dbr dbp"
+    " dbpedia yago wikibase sh void vann geo geosparql gn qudt unit sosa ssn time org vcard sioc"
+    " bibo doap obo oa odrl ldp hydra cc gr"
+).split()  # well-known vocabulary prefixes
 
 # %% ../nbs/06_bootstrap.ipynb #e742a9cf
 _PREFIXES = "|".join(sorted(map(re.escape, VOCAB_PREFIXES), key=len, reverse=True))
 _URI_PATTERNS = (
-    re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s<>\"'`]+", re.I),                      # http://example.org/Person
-    re.compile(r"<\s*[a-z][a-z0-9+.-]*:[^\s<>]+\s*>", re.I),                       # <urn:isbn:0451450523>
-    re.compile(r"(?<![\w.-])urn:[a-z0-9][a-z0-9-]{0,31}:[^\s<>\"'`]+", re.I),     # urn:uuid:...
-    re.compile(rf"(?<![\w:/#.-])(?:{_PREFIXES}):[a-z_][\w.-]*", re.I),            # rdfs:subClassOf
-    re.compile(r"(?<![\w:/#.-])(?:wdt?|wds|wdv|wdno|p|ps|psv|pq|pqv|pr|prv):[PQL]\d+\b", re.I),  # wd:Q42, wdt:P31
+    re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s<>\"'`]+", re.I),  # http://example.org/Person
+    re.compile(r"<\s*[a-z][a-z0-9+.-]*:[^\s<>]+\s*>", re.I),  # <urn:isbn:0451450523>
+    re.compile(r"(?<![\w.-])urn:[a-z0-9][a-z0-9-]{0,31}:[^\s<>\"'`]+", re.I),  # urn:uuid:...
+    re.compile(rf"(?<![\w:/#.-])(?:{_PREFIXES}):[a-z_][\w.-]*", re.I),  # rdfs:subClassOf
+    re.compile(
+        r"(?<![\w:/#.-])(?:wdt?|wds|wdv|wdno|p|ps|psv|pq|pqv|pr|prv):[PQL]\d+\b", re.I
+    ),  # wd:Q42, wdt:P31
 )
 
-def find_hardcoded_uris(text:str) -> list[str]:
+
+def find_hardcoded_uris(text: str) -> list[str]:
     "The hard-coded IRIs, URNs and well-known prefixed names in `text`, in order, without repeats."
-    if not isinstance(text, str) or ":" not in text and "：" not in text: return []
+    if not isinstance(text, str) or ":" not in text and "：" not in text:
+        return []
     text = unicodedata.normalize("NFKC", text)
-    found = sorted((m.start(), m.group().strip("<> .,;)")) for p in _URI_PATTERNS for m in p.finditer(text))
+    found = sorted(
+        (m.start(), m.group().strip("<> .,;)")) for p in _URI_PATTERNS for m in p.finditer(text)
+    )
     return list(dict.fromkeys(f for _, f in found))
 
 # %% ../nbs/06_bootstrap.ipynb #99f30d9d
-def _as_items(items, fn:str) -> list[MemoryItem]:
-    "`items` (one MemoryItem or an iterable of them) as a list; `TypeError` naming the first bad position."
-    if isinstance(items, MemoryItem): return [items]
-    try: items = list(items)
-    except TypeError: raise TypeError(f"{fn} expects a MemoryItem or an iterable of them, got {type(items).__name__}") from None
+def _as_items(items, fn: str) -> list[MemoryItem]:
+    """`items` (one MemoryItem or an iterable of them) as a list; `TypeError` naming the first bad
+    position."""
+    if isinstance(items, MemoryItem):
+        return [items]
+    try:
+        items = list(items)
+    except TypeError:
+        raise TypeError(
+            f"{fn} expects a MemoryItem or an iterable of them, got {type(items).__name__}"
+        ) from None
     for i, m in enumerate(items):
-        if not isinstance(m, MemoryItem): raise TypeError(f"{fn}: item {i} is a {type(m).__name__}, not a MemoryItem")
+        if not isinstance(m, MemoryItem):
+            raise TypeError(f"{fn}: item {i} is a {type(m).__name__}, not a MemoryItem")
     return items
 
-def _name(i:int, m:MemoryItem) -> str:
+
+def _name(i: int, m: MemoryItem) -> str:
     t = m.title if isinstance(m.title, str) else repr(m.title)
     return f"item {i} {t[:60] + ('…' if len(t) > 60 else '')!r}"
 
 # %% ../nbs/06_bootstrap.ipynb #99d90692
 URI_FIELDS = ("title", "description", "content", "tags")  # fields checked for hard-coded URIs
 
-def validate_no_hardcoded_uris(items, # a MemoryItem or an iterable of them
-                              ) -> list[str]:
-    "One problem per item field (title, description, content, tags) that holds a hard-coded URI; empty when none do."
+
+def validate_no_hardcoded_uris(items) -> list[str]:  # a MemoryItem or an iterable of them
+    """One problem per item field (title, description, content, tags) that holds a hard-coded URI;
+    empty when none do."""
     problems = []
     for i, m in enumerate(_as_items(items, "validate_no_hardcoded_uris")):
         for f in URI_FIELDS:
             v = getattr(m, f)
-            found = find_hardcoded_uris(" ".join(t for t in v if isinstance(t, str)) if isinstance(v, list) else v)
-            if found: problems.append(f"{_name(i, m)}: hard-coded URI in {f}: {', '.join(map(repr, found[:3]))}"
-                                      + (f" and {len(found) - 3} more" if len(found) > 3 else ""))
+            found = find_hardcoded_uris(
+                " ".join(t for t in v if isinstance(t, str)) if isinstance(v, list) else v
+            )
+            if found:
+                problems.append(
+                    f"{_name(i, m)}: hard-coded URI in {f}: {', '.join(map(repr, found[:3]))}"
+                    + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+                )
     return problems
 
 # %% ../nbs/06_bootstrap.ipynb #0a7661c0
-def _duplicates(values:list) -> dict:
+def _duplicates(values: list) -> dict:
     "Each value that occurs more than once, with the positions where it occurs."
     pos = defaultdict(list)
-    for i, v in enumerate(values): pos[v].append(i)
+    for i, v in enumerate(values):
+        pos[v].append(i)
     return {v: ps for v, ps in pos.items() if len(ps) > 1}
 
 # %% ../nbs/06_bootstrap.ipynb #4f44054a
-def validate_bootstrap_strategies(strategies=None, # MemoryItems to check; None = the shipped pack
-                                  expected_titles=None, # titles that must be present exactly; default: BOOTSTRAP_TITLES for the shipped pack
-                                 ) -> list[str]:
+def validate_bootstrap_strategies(
+    strategies=None,  # MemoryItems to check; None = the shipped pack
+    expected_titles=None,  # titles that must be present exactly; default: BOOTSTRAP_TITLES for the shipped pack
+) -> list[str]:
     "Human-readable problems with a bootstrap pack; an empty list means it is valid."
-    if strategies is None: strategies, expected_titles = bootstrap_general_strategies(), BOOTSTRAP_TITLES if expected_titles is None else expected_titles
+    if strategies is None:
+        strategies, expected_titles = bootstrap_general_strategies(), (
+            BOOTSTRAP_TITLES if expected_titles is None else expected_titles
+        )
     items = _as_items(strategies, "validate_bootstrap_strategies")
-    if not items: return ["no strategies to validate"]
+    if not items:
+        return ["no strategies to validate"]
     problems = []
     if expected_titles is not None:
         titles, expected = [m.title for m in items], list(expected_titles)
-        if missing := [t for t in expected if t not in titles]: problems.append(f"missing expected strategies: {missing}")
-        if unexpected := [t for t in titles if t not in expected]: problems.append(f"unexpected strategies: {unexpected}")
-        for t, ps in _duplicates(titles).items(): problems.append(f"title {t!r} appears {len(ps)} times (items {ps})")
+        if missing := [t for t in expected if t not in titles]:
+            problems.append(f"missing expected strategies: {missing}")
+        if unexpected := [t for t in titles if t not in expected]:
+            problems.append(f"unexpected strategies: {unexpected}")
+        for t, ps in _duplicates(titles).items():
+            problems.append(f"title {t!r} appears {len(ps)} times (items {ps})")
     for i, m in enumerate(items):
-        try: m.validate()
-        except MemoryValidationError as e: problems.append(f"{_name(i, m)}: invalid: {e}"); continue
-        if m.source_type != "success": problems.append(f"{_name(i, m)}: source_type is {m.source_type!r}, expected 'success'")
-        if "universal" not in m.tags: problems.append(f"{_name(i, m)}: lacks the 'universal' tag")
-        if len(procedure_steps(m.content)) < 2: problems.append(f"{_name(i, m)}: content is not a procedure (needs at least 2 numbered or bulleted steps)")
-    for v, ps in _duplicates([m.id if isinstance(m.id, str) else repr(m.id) for m in items]).items(): problems.append(f"duplicate id {v!r} (items {ps})")
+        try:
+            m.validate()
+        except MemoryValidationError as e:
+            problems.append(f"{_name(i, m)}: invalid: {e}")
+            continue
+        if m.source_type != "success":
+            problems.append(f"{_name(i, m)}: source_type is {m.source_type!r}, expected 'success'")
+        if "universal" not in m.tags:
+            problems.append(f"{_name(i, m)}: lacks the 'universal' tag")
+        if len(procedure_steps(m.content)) < 2:
+            problems.append(
+                f"{_name(i, m)}: content is not a procedure (needs at least 2 numbered or bulleted"
+                " steps)"
+            )
+    for v, ps in _duplicates(
+        [m.id if isinstance(m.id, str) else repr(m.id) for m in items]
+    ).items():
+        problems.append(f"duplicate id {v!r} (items {ps})")
     valid = [m for m in items if isinstance(m.title, str) and isinstance(m.content, str)]
-    for v, ps in _duplicates([m.fingerprint for m in valid]).items(): problems.append(f"duplicate content fingerprint {v} (titles {[valid[p].title for p in ps]})")
+    for v, ps in _duplicates([m.fingerprint for m in valid]).items():
+        problems.append(
+            f"duplicate content fingerprint {v} (titles {[valid[p].title for p in ps]})"
+        )
     return problems + validate_no_hardcoded_uris(items)

@@ -12,41 +12,59 @@ import Stemmer
 # %% auto #0
 __all__ = ['STOPWORDS', 'MAX_TOKEN_CHARS', 'tokenize', 'tf_cosine', 'jaccard']
 
-# %% ../nbs/01_text.ipynb #92cf01e0
-STOPWORDS = frozenset("""a about above after again against all am an and any are as at be because been before being below
-between both but by can could did do does doing down during each few for from further had has have having he her here hers
-herself him himself his how i if in into is it its itself just me more most my myself no nor not of off on once only or
-other our ours ourselves out over own same she should so some such than that the their theirs them themselves then there
-these they this those through to too under until up very was we were what when where which while who whom why will with
-would you your yours yourself yourselves s t d ll m o re ve y don shouldn wasn weren won""".split())
+# %% ../nbs/01_text.ipynb #2062c453
+STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being
+below between both but by can could did do does doing down during each few for from further
+had has have having he her here hers herself him himself his how i if in into is it its
+itself just me more most my myself no nor not of off on once only or other our ours
+ourselves out over own same she should so some such than that the their theirs them
+themselves then there these they this those through to too under until up very was we were
+what when where which while who whom why will with would you your yours yourself yourselves
+s t d ll m o re ve y don shouldn wasn weren won""".split()
+)
 MAX_TOKEN_CHARS = 64  # longer "words" are hashes or base64 blobs: never useful for matching
 _WORD = re.compile(r"[^\W_]+")
 _stemmer = Stemmer.Stemmer("english")
-_stemmer.maxCacheSize = 0  # PyStemmer's own 10k-word cache thrashes on larger vocabularies: memoise per word instead
+_stemmer.maxCacheSize = (
+    0  # PyStemmer's own 10k-word cache thrashes on larger vocabularies: memoise per word instead
+)
 _stem = lru_cache(maxsize=2**18)(_stemmer.stemWord)
 
 # %% ../nbs/01_text.ipynb #525a8f10
-def tokenize(text:str, stem:bool=True) -> list[str]:
-    "NFKC, case-fold, split on non-alphanumerics, drop stopwords and over-long tokens, Snowball-stem."
-    if not text: return []
-    if not isinstance(text, str): raise TypeError(f"tokenize expects a string, got {type(text).__name__}")
-    words = [w for w in _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
-             if w not in STOPWORDS and len(w) <= MAX_TOKEN_CHARS]
+def tokenize(text: str, stem: bool = True) -> list[str]:
+    """NFKC, case-fold, split on non-alphanumerics, drop stopwords and over-long tokens,
+    Snowball-stem."""
+    if not text:
+        return []
+    if not isinstance(text, str):
+        raise TypeError(f"tokenize expects a string, got {type(text).__name__}")
+    words = [
+        w
+        for w in _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+        if w not in STOPWORDS and len(w) <= MAX_TOKEN_CHARS
+    ]
     return [_stem(w) for w in words] if stem else words
 
 # %% ../nbs/01_text.ipynb #4f55e768
-def _tokens(x) -> list[str]: return tokenize(x) if isinstance(x, str) else list(x or [])
+def _tokens(x) -> list[str]:
+    return tokenize(x) if isinstance(x, str) else list(x or [])
 
 # %% ../nbs/01_text.ipynb #b203c7d0
 def tf_cosine(a, b) -> float:
-    "Cosine similarity of term-frequency vectors of `a` and `b` (text or token lists); 0.0 if either is empty."
+    """Cosine similarity of term-frequency vectors of `a` and `b` (text or token lists); 0.0 if
+    either is empty."""
     ca, cb = Counter(_tokens(a)), Counter(_tokens(b))
-    if not ca or not cb: return 0.0
+    if not ca or not cb:
+        return 0.0
     dot = sum(v * cb[k] for k, v in ca.items())
-    return dot / (math.sqrt(sum(v * v for v in ca.values())) * math.sqrt(sum(v * v for v in cb.values())))
+    return dot / (
+        math.sqrt(sum(v * v for v in ca.values())) * math.sqrt(sum(v * v for v in cb.values()))
+    )
 
 # %% ../nbs/01_text.ipynb #d2ff4047
 def jaccard(a, b) -> float:
-    "Jaccard similarity of the token sets of `a` and `b` (text or token lists); 0.0 if both are empty."
+    """Jaccard similarity of the token sets of `a` and `b` (text or token lists); 0.0 if both are
+    empty."""
     sa, sb = set(_tokens(a)), set(_tokens(b))
     return len(sa & sb) / len(sa | sb) if sa or sb else 0.0
