@@ -12,7 +12,7 @@ import Stemmer
 # %% auto #0
 __all__ = ['STOPWORDS', 'MAX_TOKEN_CHARS', 'tokenize', 'tf_cosine', 'jaccard']
 
-# %% ../nbs/01_text.ipynb #2062c453
+# %% ../nbs/01_text.ipynb #0fcab955
 STOPWORDS = frozenset(
     """a about above after again against all am an and any are as at be because been before being
 below between both but by can could did do does doing down during each few for from further
@@ -26,9 +26,8 @@ s t d ll m o re ve y don shouldn wasn weren won""".split()
 MAX_TOKEN_CHARS = 64  # longer "words" are hashes or base64 blobs: never useful for matching
 _WORD = re.compile(r"[^\W_]+")
 _stemmer = Stemmer.Stemmer("english")
-_stemmer.maxCacheSize = (
-    0  # PyStemmer's own 10k-word cache thrashes on larger vocabularies: memoise per word instead
-)
+# PyStemmer's own 10k-word cache thrashes on larger vocabularies: memoise per word instead
+_stemmer.maxCacheSize = 0
 _stem = lru_cache(maxsize=2**18)(_stemmer.stemWord)
 
 # %% ../nbs/01_text.ipynb #525a8f10
