@@ -1,7 +1,9 @@
 __version__ = "0.1.0"
 
-# Everything public is importable from the top-level package (`from procmem import MemoryStore`).
-# Importing `index` also adds `MemoryStore.search` and `MemoryStore.sync_index`.
+# Everything public is importable from the top-level package (`from procmem import MemoryStore`);
+# `__all__` below is that public API, so `from procmem import *` brings nothing else. Tuning
+# constants, test servers and helpers stay reachable through their modules (`procmem.index.K1`,
+# `procmem.llm.fake_anthropic`). Importing `index` also adds `MemoryStore.search` and `sync_index`.
 from .core import *
 from .text import *
 from .store import *
@@ -15,3 +17,38 @@ from .judge import *
 from .extract import *
 from .gates import *
 from .loop import *
+
+__all__ = [
+    # core: the memory item
+    "MemoryItem", "MemoryValidationError", "SOURCE_TYPES", "LIMITS", "SCHEMA_VERSION",
+    "normalize_text", "content_fingerprint",
+    # text
+    "tokenize", "tf_cosine", "jaccard",
+    # store
+    "MemoryStore", "StoreError", "MemoryNotFoundError", "StoreConflictError", "StoreImportError",
+    "read_memory_file",
+    # index and retrieval
+    "BM25Index", "IndexDamagedError", "retrieve_memories", "DEFAULT_MIN_RELEVANCE",
+    # injection
+    "format_memories_for_injection", "strip_injected_memories", "injected_memories",
+    "neutralize_text", "memory_key_points",
+    # bootstrap pack
+    "bootstrap_general_strategies", "validate_bootstrap_strategies", "validate_no_hardcoded_uris",
+    "find_hardcoded_uris", "BOOTSTRAP_TITLES",
+    # trajectories
+    "Trajectory", "Step", "TrajectoryError", "TrajectoryArtifact", "read_trajectories",
+    "as_trajectory", "from_rlm_iterations", "from_anthropic_messages", "from_openai_chat",
+    "from_minisweagent", "from_reflexion_log", "hide_outcome", "detect_trajectory_format",
+    "detect_loop", "extract_trajectory_artifact",
+    # the LLM seam
+    "AnthropicLLM", "Usage", "LLMError", "PRICES", "DEFAULT_MODEL", "resolve_model",
+    # judge and extractor
+    "judge_trajectory", "Judgment", "offline_judge", "llm_judge", "ground_truth_judgment",
+    "judge_agreement", "FAILURE_CLASSES", "extract_memories", "extract_memories_contrastive",
+    "Extraction",
+    # gates
+    "check_memory_deduplication", "apply_dedup", "DedupDecision", "score_generalization",
+    "find_task_leaks", "run_gates", "apply_gate", "GateResult",
+    # the loop
+    "run_with_memory", "learn_from_trajectory", "LoopResult", "LearnResult", "demo_trajectories",
+]
