@@ -13,9 +13,10 @@ from procmem.core import MemoryItem
 from procmem.text import STOPWORDS
 from procmem.store import MemoryStore
 from procmem.bootstrap import bootstrap_general_strategies
-from procmem.inject import INJECT_CLOSE, INJECT_HEADING, INJECT_OPEN, format_memories_for_injection
-from procmem.gates import (DedupDecision, GateResult, apply_dedup, apply_gate, check_memory_deduplication, check_vacuity,
-                           find_task_leaks, is_echo_of, run_gates, score_generalization, strip_injected_memories, task_specifics)
+from procmem.inject import INJECT_HEADING, format_memories_for_injection, strip_injected_memories
+from procmem.gates import (DedupDecision, GateResult, apply_dedup, apply_gate, check_memory_deduplication,
+                           check_vacuity, find_task_leaks, is_echo_of, run_gates, score_generalization,
+                           task_specifics)
 
 ROOT = Path(__file__).resolve().parents[1]
 WEBARENA = ROOT.parent / "shared" / "data" / "webarena" / "tasks_dev.json"
@@ -188,7 +189,7 @@ def test_strip_injected_memories_in_a_trajectory(pack):
     out = strip_injected_memories(step)
     assert out == "System prompt.\n\nTask: list the subclasses of Agent."
     assert strip_injected_memories(f"a\n{block[:len(block) // 2]}") == "a\n"  # truncated block: removed to the end
-    assert INJECT_HEADING not in out and INJECT_OPEN not in out and INJECT_CLOSE not in out
+    assert INJECT_HEADING not in out and "procmem-memories" not in out
 
 
 _plain = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="<#"), max_size=60)
