@@ -81,7 +81,7 @@ def _peek_uri(path:Path) -> str:
     live = path.with_name(path.name + "-wal").exists() and path.with_name(path.name + "-shm").exists()
     return f"{path.absolute().as_uri()}?{'mode=ro' if live else 'immutable=1'}"
 
-# %% ../nbs/02_store.ipynb #74b4a41a
+# %% ../nbs/02_store.ipynb #0d92be4f
 def _schema_reason(con, path:Path) -> tuple[str, str]|None:
     "('foreign'|'damaged', reason) from a read-only connection, or None for a healthy procmem store."
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -93,7 +93,7 @@ def _schema_reason(con, path:Path) -> tuple[str, str]|None:
     if not app or app[0] != "procmem":
         return "foreign", "an SQLite database of another application (no procmem identity row)"
     if path.stat().st_size <= QUICK_CHECK_MAX_BYTES:
-        bad = [r[0] for r in con.execute("PRAGMA quick_check(3)") if r[0] != "ok"]
+        bad = [" ".join(r[0].split()) for r in con.execute("PRAGMA quick_check(3)") if r[0] != "ok"]
         if bad:
             return "damaged", f"SQLite quick_check: {'; '.join(bad)}"
     return None
@@ -883,18 +883,20 @@ def _split_rows(rows) -> tuple[list[MemoryItem], list[str]]:
         seen |= {m.id, key}
     return items, bad
 
-# %% ../nbs/02_store.ipynb #80d53ad6
+# %% ../nbs/02_store.ipynb #cc129c22
+_SIGNATURE = b"CREATE TABLE memories(id TEXT PRIMARY KEY, rev INTEGER NOT NULL, fingerprint TEXT NOT NULL"
+
 def _is_procmem(path:Path) -> bool:
-    "Whether a damaged file shows procmem's identity row or its memories table."
+    "Whether a damaged file shows procmem's memories table (through SQLite, or its schema text on page 1)."
     try:
         con = sqlite3.connect(_peek_uri(path), uri=True, timeout=30)
         try:
-            names = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
-            return "memories" in names
+            return "memories" in {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
         finally:
             con.close()
     except sqlite3.DatabaseError:
-        return False
+        with open(path, "rb") as f:
+            return _SIGNATURE in f.read(65536)
 
 # %% ../nbs/02_store.ipynb #78e72958
 def repair_store(path) -> dict:

@@ -1,18 +1,14 @@
-"""Foreign and corrupt files: a path holding something other than a healthy procmem store is moved
-aside with its bytes intact, reported (the warning names the new path), never overwritten, and a
-working empty store takes its place. A damaged index directory is rebuilt transparently."""
-import random, shutil, sqlite3, warnings
+"""Foreign and damaged files are never touched: a path holding something other than a procmem store
+raises `NotAStoreError`, a damaged procmem store raises `StoreDamagedError`, and in both cases the
+file keeps its bytes and no file appears next to it (no rename, no -wal/-shm). Only `repair_store`
+(CLI `procmem repair`) moves a damaged store aside, salvaging every readable row into a fresh store.
+A damaged index directory is rebuilt transparently."""
+import hashlib, os, random, shutil, sqlite3, warnings
 from pathlib import Path
 
 import pytest
-from procmem import MemoryItem, MemoryStore, QuarantineWarning
-
-
-def _open_recording(path):
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
-        s = MemoryStore(path)
-    return s, [x for x in w if issubclass(x.category, QuarantineWarning)]
+from procmem import MemoryItem, MemoryStore
+from procmem.store import NotAStoreError, StoreDamagedError, StoreError, repair_store, validate_store
 
 
 def _real_store(path, n=2000) -> Path:
@@ -59,51 +55,117 @@ def _store_zeroed_tail(p):
     b[t:] = bytes(len(b) - t); p.write_bytes(bytes(b))
 
 
-CASES = [_text_file, _binary_junk, _other_sqlite, _other_sqlite_with_meta, _truncated_header, _store_truncated_half,
-         _store_truncated_small, _store_garbled_header_page, _store_garbled_middle, _store_zeroed_tail]
+def _other_sqlite_wal(p):  # another application's database in WAL mode, closed: opening it read-only
+    con = sqlite3.connect(p)   # with mode=ro would leave -wal/-shm files behind
+    con.execute("PRAGMA journal_mode=WAL"); con.execute("CREATE TABLE t(x)"); con.commit(); con.close()
+
+def _sqlite_no_tables(p):
+    con = sqlite3.connect(p); con.execute("PRAGMA user_version=3"); con.commit(); con.close()
+
+def _empty_file(p):
+    p.write_bytes(b"")
+
+def _etc_file(p):
+    src = next((Path(f) for f in ("/etc/passwd", "/etc/hosts", "/etc/os-release") if Path(f).is_file()), None)
+    p.write_bytes(src.read_bytes() if src else b"root:x:0:0:root:/root:/bin/bash\n")
 
 
-@pytest.mark.parametrize("make", CASES, ids=[f.__name__.strip("_") for f in CASES])
-def test_foreign_or_corrupt_file_is_moved_aside(tmp_path, make):
+FOREIGN = [_text_file, _binary_junk, _other_sqlite, _other_sqlite_with_meta, _other_sqlite_wal, _sqlite_no_tables,
+           _empty_file, _etc_file]
+DAMAGED = [_truncated_header, _store_truncated_half, _store_truncated_small, _store_garbled_header_page,
+           _store_garbled_middle, _store_zeroed_tail]
+CASES = FOREIGN + DAMAGED
+
+
+def _snapshot(d: Path) -> dict:
+    "Every file in `d` with the hash of its bytes."
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() if f.is_file() else "dir" for f in sorted(d.iterdir())}
+
+
+
+
+@pytest.mark.parametrize("make", FOREIGN, ids=[f.__name__.strip("_") for f in FOREIGN])
+@pytest.mark.parametrize("readonly", [False, True], ids=["write", "readonly"])
+def test_foreign_file_is_refused_untouched(tmp_path, make, readonly):
     p = tmp_path / "memories.db"
     make(p)
-    original = p.read_bytes()
-    s, warned = _open_recording(p)
-    assert s.quarantined_to is not None, f"{make.__name__}: the file was opened as a store instead of being moved aside"
-    moved = Path(s.quarantined_to)
-    assert moved.exists() and moved != p and moved.parent == p.parent and moved.name.startswith("memories.db.quarantined-")
-    assert moved.read_bytes() == original  # never overwritten, not even touched
-    assert len(warned) == 1 and str(moved) in str(warned[0].message)
-    # the new store works
-    assert len(s) == 0 and s.check() == []
-    m = s.add(MemoryItem("Retry a timed-out page load", content="1. Wait\n2. Reload"))
-    assert s.search("page load")[0][0].id == m.id
-    s.close()
-    # reopening the new store is quiet and keeps the item; the quarantined file is still intact
-    s2, warned2 = _open_recording(p)
-    assert warned2 == [] and s2.quarantined_to is None and len(s2) == 1
-    assert moved.read_bytes() == original
-    s2.close()
+    before = _snapshot(tmp_path)
+    with pytest.raises(NotAStoreError, match=r"not a procmem store: .*memories\.db \("):
+        MemoryStore(p, readonly=readonly)
+    with pytest.raises(NotAStoreError):
+        validate_store(p)
+    with pytest.raises(NotAStoreError):
+        repair_store(p)
+    assert _snapshot(tmp_path) == before  # same bytes, no rename, no -wal/-shm, nothing created
 
 
-def test_healthy_and_empty_files_are_not_quarantined(tmp_path):
+@pytest.mark.parametrize("make", DAMAGED, ids=[f.__name__.strip("_") for f in DAMAGED])
+def test_damaged_store_is_refused_untouched_and_validate_reports_it(tmp_path, make):
+    p = tmp_path / "memories.db"
+    make(p)
+    before = _snapshot(tmp_path)
+    for readonly in (False, True):
+        with pytest.raises(StoreDamagedError, match="damaged procmem store: .*`procmem repair`"):
+            MemoryStore(p, readonly=readonly)
+    report = validate_store(p)
+    assert report["ok"] is False and report["problems"], report
+    assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("make", DAMAGED, ids=[f.__name__.strip("_") for f in DAMAGED])
+def test_repair_moves_aside_and_salvages_or_refuses(tmp_path, make):
+    p = tmp_path / "memories.db"
+    make(p)
+    original, before = p.read_bytes(), _snapshot(tmp_path)
+    try:
+        r = repair_store(p)
+    except StoreDamagedError as e:  # too damaged to tell it is a procmem store: nothing changed
+        assert "too damaged to tell whether it is a procmem store; nothing was changed" in str(e)
+        assert _snapshot(tmp_path) == before
+        return
+    assert r["repaired"] and Path(r["moved_to"]).read_bytes() == original
+    assert Path(r["moved_to"]).name.startswith("memories.db.damaged-")
+    with MemoryStore(p) as s:  # a fresh, healthy store with every salvaged row
+        assert len(s) == r["salvaged"] and s.check() == []
+        assert s.events(kind="repair")[0]["detail"]["salvaged"] == r["salvaged"]
+        if r["salvaged"]:
+            m = next(iter(s))
+            assert m.title.startswith("Procedure ") and s.get(m.id) == m
+
+
+def test_repair_salvages_every_readable_row(tmp_path):
+    p = _real_store(tmp_path / "m.db", n=2000)
+    with MemoryStore(p) as s:
+        s.record_outcome(["nope"], True)
+        ids = [m.id for m in s]
+        s.record_outcome(ids[:10], True)
+    _store_garbled_middle(p)  # rebuilds the same 2000 items (new ids), then garbles the middle
+    r = repair_store(p)
+    assert r["repaired"] and 1900 <= r["salvaged"] < 2000, r  # the garbled pages' rows are lost, the rest kept
+    with MemoryStore(p) as s:
+        assert s.check() == [] and len(s) == r["salvaged"]
+        assert len({m.fingerprint for m in s}) == r["salvaged"]
+    assert validate_store(p)["ok"]
+    assert repair_store(p)["repaired"] is False  # healthy now: left alone
+
+
+def test_healthy_store_opens_quietly_and_creates_nothing_on_read(tmp_path):
     p = _real_store(tmp_path / "ok.db", n=50)
-    s, warned = _open_recording(p)
-    assert warned == [] and s.quarantined_to is None and len(s) == 50 and s.check() == []
-    s.close()
-    e = tmp_path / "empty.db"; e.write_bytes(b"")
-    s, warned = _open_recording(e)
-    assert warned == [] and s.quarantined_to is None and len(s) == 0
-    s.close()
-    assert not list(tmp_path.glob("*.quarantined-*"))
+    before = _snapshot(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with MemoryStore(p, readonly=True) as s:
+            assert len(s) == 50 and s.check() == [] and len(list(s)) == 50
+    assert _snapshot(tmp_path) == before
+    with MemoryStore(p) as s:
+        assert len(s) == 50
+    assert sorted(os.listdir(tmp_path)) == sorted(before)
 
 
-def test_second_quarantine_keeps_the_first(tmp_path):
-    p = tmp_path / "m.db"
-    p.write_text("first"); s1, _ = _open_recording(p); s1.close()
-    p.unlink(); p.write_text("second"); s2, _ = _open_recording(p); s2.close()
-    assert s1.quarantined_to != s2.quarantined_to
-    assert Path(s1.quarantined_to).read_text() == "first" and Path(s2.quarantined_to).read_text() == "second"
+def test_missing_path_readonly_creates_nothing(tmp_path):
+    with pytest.raises(StoreError, match="no store at"):
+        MemoryStore(tmp_path / "sub" / "m.db", readonly=True)
+    assert os.listdir(tmp_path) == []
 
 
 # ---------------------------------------------------------------- the index directory
@@ -113,7 +175,7 @@ def _indexed_store(tmp_path, n=1500) -> tuple[Path, Path]:
     with MemoryStore(p) as s:
         s.add_many([MemoryItem(f"Procedure {i} for widget{i}", "desc", f"step {i}") for i in range(n)])
         s.sync_index(flush=True)
-    ix = Path(str(p) + "-index")
+        ix = Path(s._index().path)  # wherever the index keeps its files (engineer B's layout)
     assert (ix / "procmem-index.json").exists() and any(ix.glob("*.term"))
     return p, ix
 
