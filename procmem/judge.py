@@ -15,14 +15,22 @@ from .trajectory import (Trajectory, TrajectoryArtifact, action_key, as_trajecto
 from .llm import AnthropicLLM, LLMError
 
 # %% auto #0
-__all__ = ['FAILURE_CLASSES', 'EXTRINSIC_PATTERNS', 'EXTRINSIC_JUDGE', 'OFFLINE_JUDGE', 'GROUND_TRUTH_JUDGE', 'CONFIDENCE_SCORES',
-           'JUDGE_SYSTEM', 'Judgment', 'extrinsic_cause', 'unresolved_errors', 'extrinsic_judgment', 'answer_grounding',
-           'answer_shape_problems', 'false_comparison', 'offline_judge', 'ground_truth_judgment', 'JudgeVerdict',
-           'judge_prompt', 'verdict_judgment', 'llm_judge', 'judge_trajectory', 'answer_in_observation_judge',
-           'judge_agreement']
+__all__ = ['FAILURE_CLASSES', 'RUN_CAUSES', 'STAGE_CAUSES', 'EXTRINSIC_CAUSES', 'EXTRINSIC_PATTERNS', 'EXTRINSIC_JUDGE',
+           'OFFLINE_JUDGE', 'GROUND_TRUTH_JUDGE', 'CONFIDENCE_SCORES', 'JUDGE_SYSTEM', 'Judgment', 'attributable',
+           'extrinsic_cause', 'unresolved_errors', 'extrinsic_judgment', 'error_cause', 'stage_failure',
+           'harness_judgment', 'answer_grounding', 'answer_shape_problems', 'false_comparison', 'offline_judge',
+           'ground_truth_judgment', 'JudgeVerdict', 'judge_prompt', 'verdict_judgment', 'llm_judge', 'judge_trajectory',
+           'answer_in_observation_judge', 'judge_agreement']
 
-# %% ../nbs/09_judge.ipynb #03dfb61d
+# %% ../nbs/09_judge.ipynb #5d943185
 FAILURE_CLASSES = ("intrinsic", "adaptive", "extrinsic")
+RUN_CAUSES = ("timeout", "rate limit", "provider error", "network error", "DNS failure")  # in the run's errors
+STAGE_CAUSES = {"agent": "harness crash", "judge": "judge error", "extractor": "extractor error"}
+EXTRINSIC_CAUSES = RUN_CAUSES + tuple(STAGE_CAUSES.values()) + ("undecided",)
+
+def _as_list(v) -> list[str]:
+    "One string as a one-item list; None as []; anything else as a list of strings."
+    return [str(x) for x in ([v] if isinstance(v, str) else list(v or []))]
 
 @dataclass
 class Judgment:
@@ -33,27 +41,42 @@ class Judgment:
     missing: list[str] = field(default_factory=list)  # what a successful run would still have needed
     failure_class: str | None = None  # None for successes, else one of FAILURE_CLASSES
     judge: str = "offline"  # which judge produced it, e.g. "offline-rules-v1", "claude:<model>", "ground-truth"
-    evidence: list[str] = field(default_factory=list)  # short quotes from the trajectory supporting the verdict
+    evidence: list[str] = field(default_factory=list)  # short quotes from the trajectory for the verdict
+    cause: str | None = None  # an extrinsic failure's cause, one of EXTRINSIC_CAUSES; else None
 
     def __post_init__(self):
-        if not isinstance(self.is_success, bool): raise TypeError(f"Judgment.is_success must be a bool, got {self.is_success!r}")
+        if not isinstance(self.is_success, bool):
+            raise TypeError(f"Judgment.is_success must be a bool, got {self.is_success!r}")
         self.confidence = float(self.confidence)
-        if not 0.0 <= self.confidence <= 1.0: raise ValueError(f"Judgment.confidence must be in 0..1, got {self.confidence}")
+        if not 0.0 <= self.confidence <= 1.0:
+            raise ValueError(f"Judgment.confidence must be in 0..1, got {self.confidence}")
         if self.failure_class is not None and self.failure_class not in FAILURE_CLASSES:
-            raise ValueError(f"Judgment.failure_class must be None or one of {FAILURE_CLASSES}, got {self.failure_class!r}")
+            raise ValueError(f"Judgment.failure_class must be None or one of {FAILURE_CLASSES}, "
+                             f"got {self.failure_class!r}")
         if self.is_success and self.failure_class is not None:
             raise ValueError(f"a successful Judgment has no failure_class, got {self.failure_class!r}")
-        as_list = lambda v: [v] if isinstance(v, str) else list(v or [])
-        self.missing, self.evidence = [str(m) for m in as_list(self.missing)], [str(e) for e in as_list(self.evidence)]
+        if self.cause is not None and (self.failure_class != "extrinsic" or self.cause not in EXTRINSIC_CAUSES):
+            raise ValueError(f"Judgment.cause is for extrinsic failures, one of {EXTRINSIC_CAUSES}; "
+                             f"got {self.cause!r} with failure_class {self.failure_class!r}")
+        self.missing, self.evidence = _as_list(self.missing), _as_list(self.evidence)
 
     def to_dict(self) -> dict:
         "A JSON-ready dict of all fields."
         return asdict(self)
 
-# %% ../nbs/09_judge.ipynb #c93c525f
-def _failure(reason:str, confidence:float, judge:str, missing=(), failure_class:str|None="intrinsic", evidence=()) -> Judgment:
+# %% ../nbs/09_judge.ipynb #30368951
+def _failure(reason:str, confidence:float, judge:str, missing=(), failure_class:str|None="intrinsic",
+             evidence=(), cause:str|None=None) -> Judgment:
     "A failure `Judgment`; `failure_class` None means intrinsic."
-    return Judgment(False, reason, confidence, list(missing), failure_class or "intrinsic", judge, list(evidence))
+    cls = failure_class or "intrinsic"
+    return Judgment(False, reason, confidence, list(missing), cls, judge, list(evidence),
+                    cause if cls == "extrinsic" else None)
+
+def attributable(judgment:Judgment) -> bool:
+    "Whether a verdict is the agent's own (not an extrinsic failure): only these teach and count."
+    if not isinstance(judgment, Judgment):
+        raise TypeError(f"attributable: expected a Judgment, got {type(judgment).__name__}")
+    return judgment.failure_class != "extrinsic"
 
 # %% ../nbs/09_judge.ipynb #3b6f354b
 _I, _C = re.I, 0  # case-insensitive phrases; case-sensitive exception names
@@ -129,7 +152,7 @@ def unresolved_errors(trajectory, # a `Trajectory`, `TrajectoryArtifact` or gene
     "The error texts a run ended on (no later step succeeded), last first."
     return [e for _, e in _unresolved(_run_of(trajectory))]
 
-# %% ../nbs/09_judge.ipynb #3f723104
+# %% ../nbs/09_judge.ipynb #fd3e2ea6
 EXTRINSIC_JUDGE = "extrinsic-detector-v1"
 
 def _quote(s:str, n:int=160) -> str:
@@ -142,9 +165,46 @@ def extrinsic_judgment(trajectory, # a `Trajectory`, `TrajectoryArtifact` or gen
     "A failure classed 'extrinsic' if the run ended on a timeout, rate limit, network or provider error; else None."
     for n, err in _unresolved(_run_of(trajectory)):
         if cause := extrinsic_cause(err):
-            return _failure(f"extrinsic failure ({cause}) at step {n}: the run was stopped by something outside the agent's control; "
-                            "nothing to learn from it", 0.9, EXTRINSIC_JUDGE, failure_class="extrinsic", evidence=[_quote(err)])
+            why = (f"extrinsic failure ({cause}) at step {n}: the run was stopped by something outside "
+                   "the agent's control; nothing to learn from it")
+            return _failure(why, 0.9, EXTRINSIC_JUDGE, failure_class="extrinsic", evidence=[_quote(err)],
+                            cause=cause)
     return None
+
+# %% ../nbs/09_judge.ipynb #754a03f6
+def _error_text(error) -> str:
+    "An error as text: `Type: message`; an HTTP error by its status; an `LLMError` without its advice."
+    if isinstance(error, LLMError):
+        return str(error).split(". ")[0]
+    if isinstance(status := getattr(error, "status_code", None), int):  # an SDK's HTTP error: its status tells
+        return f"status code {status}: {error}"
+    return f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error)
+
+def error_cause(stage:str, # 'agent', 'judge' or 'extractor': where the error was raised
+                error, # the exception, or its text
+               ) -> str:
+    "The extrinsic cause of an error raised around the run: what its text shows, else the stage's own."
+    if stage not in STAGE_CAUSES:
+        raise ValueError(f"stage must be one of {', '.join(STAGE_CAUSES)}, got {stage!r}")
+    return extrinsic_cause(_error_text(error)) or STAGE_CAUSES[stage]
+
+def stage_failure(stage:str, # 'agent', 'judge' or 'extractor'
+                  error, # the exception, or its text
+                  judge:str="loop", # the name to record as the judge
+                 ) -> Judgment:
+    "An extrinsic failure for an error raised by `stage`: it teaches nothing and penalises no memory."
+    text, cause = _error_text(error), error_cause(stage, error)
+    why = (f"extrinsic failure ({cause}): the {stage} raised {_quote(text, 200)}; "
+           "the run says nothing about the agent's procedure, so nothing is learned from it")
+    return _failure(why, 0.0, judge, failure_class="extrinsic", evidence=[_quote(text)], cause=cause)
+
+# %% ../nbs/09_judge.ipynb #b9cbd408
+def harness_judgment(trajectory, # a `Trajectory` (an artifact has no metadata: None)
+                    ) -> Judgment|None:
+    "A harness-crash failure when the trajectory records that the agent raised (`agent_error`); else None."
+    meta = getattr(trajectory, "metadata", None)
+    err = meta.get("agent_error") if isinstance(meta, Mapping) else None
+    return stage_failure("agent", err, "harness") if isinstance(err, str) and err.strip() else None
 
 # %% ../nbs/09_judge.ipynb #58ca9bfb
 OFFLINE_JUDGE = "offline-rules-v1"
@@ -292,7 +352,7 @@ def _grounding_doubt(run:_Run) -> tuple[str|None, str|None, str]:
             "partial": "only part of the answer appears in what the agent observed",
             "none": "the answer does not appear in anything the agent observed (it is not grounded)"}[level], quote, support
 
-# %% ../nbs/09_judge.ipynb #bb048e89
+# %% ../nbs/09_judge.ipynb #e214748e
 def offline_judge(trajectory, # a `Trajectory` (best: all steps and thoughts), a `TrajectoryArtifact`, or a generic dict
                   step_budget:int|None=None, # the agent's step limit, if known: enables the budget rules
                  ) -> Judgment:
@@ -306,8 +366,11 @@ def offline_judge(trajectory, # a `Trajectory` (best: all steps and thoughts), a
                     [_quote(run.steps[-1]["action"], 100)] if run.steps else [])
     if unres := _unresolved(run):
         n, err = unres[0]
-        c = "extrinsic" if extrinsic_cause(err) else None
-        return fail(f"the run ended on an unresolved error at step {n}", ["a run that recovers from its last error"], [_quote(err)], c=c)
+        if cause := extrinsic_cause(err):
+            return _failure(f"the run ended on an unresolved error at step {n}", 0.9, OFFLINE_JUDGE,
+                            ["a run that recovers from its last error"], "extrinsic", [_quote(err)], cause)
+        return fail(f"the run ended on an unresolved error at step {n}",
+                    ["a run that recovers from its last error"], [_quote(err)])
     lp = run.loop
     if lp and lp["first_step"] + lp["steps"] - 1 >= run.steps_total - 1:
         return fail(f"the run ended in a loop: {lp['kind']} of {lp['count']} × {_quote(lp['actions'][0], 60)!r}",
@@ -328,7 +391,7 @@ def offline_judge(trajectory, # a `Trajectory` (best: all steps and thoughts), a
         return fail("; ".join(doubts), list(dict.fromkeys(missing)), evidence or [_quote(ans, 80)], min(0.5 + 0.1 * len(doubts), 0.8))
     return Judgment(True, f"{support} and no rule found a reason to doubt it", 0.6, [], None, OFFLINE_JUDGE, evidence or [_quote(ans, 80)])
 
-# %% ../nbs/09_judge.ipynb #d912aa16
+# %% ../nbs/09_judge.ipynb #6ffffbd3
 GROUND_TRUTH_JUDGE = "ground-truth"
 
 def ground_truth_judgment(trajectory, # a `Trajectory`, `TrajectoryArtifact` or generic dict
@@ -341,7 +404,8 @@ def ground_truth_judgment(trajectory, # a `Trajectory`, `TrajectoryArtifact` or 
     ex = extrinsic_judgment(trajectory)
     diag = ex or offline_judge(trajectory)
     why = f"the environment reported failure{f' ({extra})' if extra else ''}; " + ("extrinsic: " if ex else "offline diagnosis: ") + diag.reason
-    return _failure(why, 1.0, GROUND_TRUTH_JUDGE, diag.missing, diag.failure_class or "intrinsic", diag.evidence)
+    return _failure(why, 1.0, GROUND_TRUTH_JUDGE, diag.missing, diag.failure_class or "intrinsic", diag.evidence,
+                    diag.cause)
 
 # %% ../nbs/09_judge.ipynb #95a918ea
 CONFIDENCE_SCORES = {"high": 0.9, "medium": 0.6, "low": 0.3}
@@ -395,7 +459,7 @@ def _quote_found(q:str, text:str) -> bool:
     pieces = [p for p in pieces if len(p) >= 8]
     return bool(pieces) and all(p in text for p in pieces)
 
-# %% ../nbs/09_judge.ipynb #b5fa646f
+# %% ../nbs/09_judge.ipynb #73f445fd
 def _success_problem(v:JudgeVerdict, artifact:TrajectoryArtifact) -> tuple[str, str|None]|None:
     "(why a success verdict cannot stand, failure class) or None when it is consistent."
     if v.confidence == "low": return "uncertain success counts as failure: the judge's confidence is low", None
@@ -415,8 +479,9 @@ def verdict_judgment(verdict:JudgeVerdict|None, # the parsed reply, or None when
                     ) -> Judgment:
     "The `Judgment` for an LLM verdict; anything but a consistent success verdict is a failure (see the table)."
     if verdict is None:
-        return _failure(f"the judge gave no verdict ({no_verdict or 'no reply'}); counted as a failure, classed extrinsic so that no lesson "
-                        "is drawn and no memory is penalised", 0.0, judge, failure_class="extrinsic")
+        why = (f"the judge gave no verdict ({no_verdict or 'no reply'}); counted as a failure, classed "
+               "extrinsic so that no lesson is drawn and no memory is penalised")
+        return _failure(why, 0.0, judge, failure_class="extrinsic", cause="undecided")
     v, ev = verdict, [_quote(q, 200) for q in verdict.evidence if q.strip()][:5]
     missing = [m for m in v.missing if m.strip()]
     if v.is_success:
@@ -425,12 +490,14 @@ def verdict_judgment(verdict:JudgeVerdict|None, # the parsed reply, or None when
         why, cls = problem
         return _failure(f"{why}. The judge said: {_quote(v.reason, 200)}", 0.3, judge, missing, cls, ev)
     cls, note = v.failure_class or "intrinsic", "" if v.failure_class else " (no failure class given: intrinsic)"
-    if cls == "extrinsic" and not any(extrinsic_cause(t) for t in [e["error"] for e in artifact.errors] +
-                                      [k["outcome"] for k in artifact.key_steps if k["error"]]):
+    errors = [e["error"] for e in artifact.errors] + [k["outcome"] for k in artifact.key_steps if k["error"]]
+    cause = next((c for c in map(extrinsic_cause, errors) if c), None)
+    if cls == "extrinsic" and cause is None:
         cls, note = "intrinsic", " (the judge said extrinsic, but the trajectory shows no extrinsic error: intrinsic)"
-    return _failure((v.reason.strip() or "the judge gave no reason") + note, CONFIDENCE_SCORES[v.confidence], judge, missing, cls, ev)
+    why = (v.reason.strip() or "the judge gave no reason") + note
+    return _failure(why, CONFIDENCE_SCORES[v.confidence], judge, missing, cls, ev, cause)
 
-# %% ../nbs/09_judge.ipynb #fbae1926
+# %% ../nbs/09_judge.ipynb #41d0c3ea
 def _judge_name(llm) -> str:
     model = getattr(llm, "model", None) or type(llm).__name__
     return f"claude:{model}" if isinstance(llm, AnthropicLLM) else f"llm:{model}"
@@ -438,24 +505,30 @@ def _judge_name(llm) -> str:
 def llm_judge(artifact:TrajectoryArtifact, # the bounded artifact of the run
               llm, # an `AnthropicLLM`, or anything with `complete_json(system, prompt, schema) -> (obj|None, reason|None)`
              ) -> Judgment:
-    "The strict LLM judge: one structured call; a missing or inconsistent verdict, or a failed call, is a failure (never success)."
+    "The strict LLM judge: one structured call; no verdict, an inconsistent one or a failed call is a failure."
     name = _judge_name(llm)
-    try: verdict, why = llm.complete_json(JUDGE_SYSTEM, judge_prompt(artifact), JudgeVerdict)
-    except LLMError as e:
-        if e.kind != "extrinsic": logging.getLogger(__name__).warning("the LLM judge could not be called (%s); judged as an extrinsic failure", e)
-        return _failure(f"judge unavailable: {e}", 0.0, name, failure_class="extrinsic")
+    try:
+        verdict, why = llm.complete_json(JUDGE_SYSTEM, judge_prompt(artifact), JudgeVerdict)
+    except AssertionError:
+        raise  # MissingRecording: a test-harness error, never swallowed
+    except Exception as e:  # LLMError, a raw SDK error, a bug in a custom backend: not the agent's doing
+        if not (isinstance(e, LLMError) and e.kind == "extrinsic"):
+            logging.getLogger(__name__).warning("the LLM judge could not be called (%s); judged extrinsic", e)
+        return _failure(f"judge unavailable: {e}", 0.0, name, failure_class="extrinsic",
+                        cause=error_cause("judge", e))
     if verdict is not None and not isinstance(verdict, JudgeVerdict):
         verdict, why = None, f"the reply is a {type(verdict).__name__}, not a JudgeVerdict"
     return verdict_judgment(verdict, artifact, name, why)
 
-# %% ../nbs/09_judge.ipynb #7f151038
+# %% ../nbs/09_judge.ipynb #6e5cf26e
 def judge_trajectory(artifact, # a `TrajectoryArtifact`, or a `Trajectory` / generic dict / transcript (its artifact is built)
                      llm=None, # an `AnthropicLLM` (or anything with `complete_json`); None: the offline judge
                      *, step_budget:int|None=None, # the agent's step limit, for the offline judge's budget rules
                     ) -> Judgment:
-    "Judge a run: ground truth if known, else the extrinsic detector, else the LLM judge (`llm`) or the offline judge."
+    "Judge a run: harness crash, ground truth, extrinsic detector, then the LLM (`llm`) or offline judge."
     if isinstance(artifact, Mapping) and "key_steps" in artifact: artifact = TrajectoryArtifact(**artifact)
     src = artifact if isinstance(artifact, TrajectoryArtifact) else as_trajectory(artifact)
+    if (h := harness_judgment(src)) is not None: return h
     if (g := ground_truth_judgment(src)) is not None: return g
     if (x := extrinsic_judgment(src)) is not None: return x
     if llm is not None:

@@ -1,0 +1,167 @@
+"""Who failed? (issue 6, point 12) — a harness crash, a judge or extractor backend error and a run the
+judge cannot decide are not the agent's failure: no lesson is stored and the injected memories get no
+`use_count`/`failure_count`; the event log says extrinsic, with the cause. Also point 16: the
+`success` column of `LoopResult.summary()`. Everything runs through the real `run_with_memory`, with
+no network (the one real SDK client talks to a closed port on 127.0.0.1)."""
+import socket, sys
+from pathlib import Path
+
+import pytest
+
+try: import procmem  # noqa: F401
+except ImportError: sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # running from a source tree
+import anthropic, httpx
+from procmem.core import MemoryItem
+from procmem.store import MemoryStore
+from procmem.judge import Judgment
+from procmem.llm import AnthropicLLM, LLMError
+from procmem.loop import run_with_memory
+
+TASK = "Sum the monthly sales rows of the regional sales table and report the total"
+
+
+@pytest.fixture
+def store():
+    s = MemoryStore()
+    s.add_many([
+        MemoryItem("Sum table rows after checking the columns",
+                   "When a task asks to sum the rows of a sales table.",
+                   "1. List the table's columns.\n2. Pick the sales column.\n3. Sum its rows and report the total.",
+                   tags=["sales", "table", "sum"]),
+        MemoryItem("Report monthly totals per region", "When sales are split by month and region.",
+                   "1. Group the rows by region.\n2. Sum the monthly sales.\n3. Report each total.",
+                   tags=["sales", "monthly", "regional"]),
+    ])
+    return s
+
+
+def good_agent(task, block):
+    "A run with a plausible answer and no ground truth, so the judge has to decide."
+    return dict(task=task, answer="1200", steps=[
+        dict(action="list_columns('sales')", observation="month, region, sales"),
+        dict(action="sum_column('sales')", observation="total: 1200")])
+
+
+def crashing_agent(task, block):
+    raise KeyError("rows")  # a bug in the harness, not a lesson about summing tables
+
+
+def counters(store, ids):
+    return [(store.get(i).use_count, store.get(i).success_count, store.get(i).failure_count) for i in ids]
+
+
+def loop_events(store, trajectory_id):
+    return {e["kind"]: {**e["detail"], "ids": e["ids"]} for e in store.events()
+            if e["detail"].get("trajectory_id") == trajectory_id}
+
+
+def assert_blames_nobody(store, r, cause):
+    "No memory stored, no counter moved, and the log says extrinsic with `cause`."
+    assert r.injected, "the test needs memories injected into the run"
+    assert len(store) == 2
+    assert counters(store, [m.id for m in r.injected]) == [(0, 0, 0)] * len(r.injected)
+    j = r.learned.judgment
+    assert (j.is_success, j.failure_class, j.cause) == (False, "extrinsic", cause)
+    ev = loop_events(store, r.trajectory.id)
+    assert (ev["loop.judge"]["failure_class"], ev["loop.judge"]["cause"]) == ("extrinsic", cause)
+    assert ev["loop.extract"]["skipped_extrinsic"] is True and ev["loop.extract"]["ids"] == []
+    assert ev["loop.outcome"]["attributed"] is False and ev["loop.outcome"]["failure_class"] == "extrinsic"
+    assert not [e for e in store.events() if e["kind"] == "outcome"]  # record_outcome was never called
+
+
+def test_an_agent_that_raises_is_a_harness_crash(store):
+    r = run_with_memory(TASK, crashing_agent, store)
+    assert r.agent_error == "KeyError: 'rows'"
+    assert_blames_nobody(store, r, "harness crash")
+    assert r.summary()["success"] is False and r.summary()["cause"] == "harness crash"
+
+
+class RaisingBackend:
+    "A judge backend whose call raises the SDK's own exception (not wrapped in an LLMError)."
+    model = "raising"
+    def __init__(self, exc): self.exc = exc
+    def complete_json(self, system, prompt, schema): raise self.exc
+
+
+_REQ = httpx.Request("POST", "http://127.0.0.1/v1/messages")
+
+@pytest.mark.parametrize("exc, cause", [
+    (anthropic.APIConnectionError(request=_REQ), "network error"),
+    (anthropic.APIStatusError("bad request", response=httpx.Response(400, request=_REQ), body=None), "judge error"),
+    (LLMError("intrinsic failure calling m: HTTP 401 authentication_error", "intrinsic", 401), "judge error"),
+    (RuntimeError("the judge's backend has a bug"), "judge error"),
+])
+def test_a_judge_backend_that_raises_blames_nobody(store, exc, cause):
+    r = run_with_memory(TASK, good_agent, store, llm=RaisingBackend(exc))
+    assert_blames_nobody(store, r, cause)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again when the block ends: nothing listens there
+
+
+def test_the_real_sdk_with_an_unreachable_api_blames_nobody(store, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{_closed_port()}", max_retries=0, timeout=5)
+    r = run_with_memory(TASK, good_agent, store, llm=AnthropicLLM(client=client))
+    assert_blames_nobody(store, r, "network error")
+
+
+class NoVerdict:
+    "A judge backend that answers, but with nothing that parses as a verdict."
+    model = "no-verdict"
+    def complete_json(self, system, prompt, schema): return None, "reply does not match JudgeVerdict"
+
+
+def test_a_run_the_judge_cannot_decide_blames_nobody(store):
+    r = run_with_memory(TASK, good_agent, store, llm=NoVerdict())
+    assert_blames_nobody(store, r, "undecided")
+
+
+def test_a_custom_judge_returning_no_judgment_blames_nobody(store):
+    r = run_with_memory(TASK, good_agent, store, judge=lambda artifact, llm=None: None)
+    assert_blames_nobody(store, r, "undecided")
+
+
+def test_a_custom_judge_that_raises_blames_nobody(store):
+    def judge(artifact, llm=None): raise ValueError("judge bug")
+    r = run_with_memory(TASK, good_agent, store, judge=judge)
+    assert_blames_nobody(store, r, "judge error")
+
+
+def test_an_extractor_error_teaches_nothing_and_says_extrinsic(store):
+    "The judge decided, so the verdict counts; the extractor's backend error only loses the lesson."
+    def failed(artifact, llm=None): return Judgment(False, "the total was never checked", 0.9, failure_class="intrinsic")
+    def extractor(artifact, judgment, llm=None, domain=None): raise anthropic.APIConnectionError(request=_REQ)
+    r = run_with_memory(TASK, good_agent, store, judge=failed, extractor=extractor)
+    assert len(store) == 2 and r.learned.stored == []
+    ev = loop_events(store, r.trajectory.id)["loop.extract"]
+    assert (ev["failure_class"], ev["cause"]) == ("extrinsic", "network error")
+    assert counters(store, [m.id for m in r.injected]) == [(1, 0, 1)] * len(r.injected)  # the verdict stands
+
+
+def test_the_agents_own_failure_still_counts(store):
+    "The control: an intrinsic failure is attributed to the injected memories."
+    def failed(artifact, llm=None): return Judgment(False, "the total was never checked", 0.9, failure_class="intrinsic")
+    r = run_with_memory(TASK, good_agent, store, judge=failed)
+    assert r.injected
+    assert counters(store, [m.id for m in r.injected]) == [(1, 0, 1)] * len(r.injected)
+    assert loop_events(store, r.trajectory.id)["loop.outcome"]["attributed"] is True
+
+
+# ------------------------------------------------------------------ point 16: the success column
+
+def test_summary_has_a_success_column_for_pandas(store):
+    pd = pytest.importorskip("pandas")
+    def ok(artifact, llm=None): return Judgment(True, "the total is in the last observation", 0.9)
+    def failed(artifact, llm=None): return Judgment(False, "wrong column", 0.9, failure_class="intrinsic")
+    rows = [run_with_memory(TASK, good_agent, store, judge=ok).summary(),
+            run_with_memory(TASK, good_agent, store, judge=failed).summary(),
+            run_with_memory(TASK, good_agent, store, judge=failed, memory=False).summary(),
+            run_with_memory(TASK, good_agent, store, memory=False, learn=False).summary()]  # not judged
+    assert [r["success"] for r in rows] == [True, False, False, None]
+    df = pd.DataFrame(rows)
+    rates = df.groupby("memory")["success"].mean()
+    assert rates[True] == 0.5 and rates[False] == 0.0  # the unjudged run is left out of the mean
