@@ -1,48 +1,40 @@
-"""procmem ranking quality and relevance-floor calibration on public data (WebArena tasks).
+"""procmem ranking quality and relevance floor on public data (WebArena tasks, long task texts).
 
-Usage: python bench/quality.py [--out bench/results/quality.md] [--ood 300]
+Usage: python bench/quality.py [--out bench/results/quality.md] [--ood 300] [--no-ranking]
 
-Data (read-only, `<repo>/../shared/data`): `webarena/tasks_dev.json` (423 tasks, 96 intent templates),
-HotpotQA questions from `reflexion/hotpotqa_react_reflexion_100q_5trials.txt`, and texts from
-`injection/benchmark_dev.jsonl`.
+Data (read-only, `<repo>/../shared/data`): `webarena/tasks_dev.json` (423 tasks, 96 intent
+templates), HotpotQA questions from `reflexion/hotpotqa_react_reflexion_100q_5trials.txt`, texts
+from `injection/benchmark_dev.jsonl`; long task texts are built from them by `bench/long_tasks.py`.
 
 Each WebArena task becomes one memory:
-  title = the task's `intent` (what a memory learned from that task is named after; the 6 intents longer
-          than the 200-character title limit are cut at a word boundary),
+  title = the task's `intent` (cut at a word boundary to the 200-character title limit),
   description = content = the `intent_template` with its `{{placeholders}}` removed (the generic
-  procedure the task is an instance of, without the specifics a generalised memory must not hold).
-A second document variant, "intent only" (description empty, content = intent), checks that the
-conclusions do not hinge on that choice.
+  procedure, without the instance's specifics). A second variant, "intent only" (description empty,
+  content = intent), checks that the conclusions do not hinge on that choice.
+Nine tasks repeat another task's intent word for word; procmem stores identical memories once, so
+they are dropped: 414 tasks, 96 templates.
 
-Nine tasks repeat another task's intent word for word (they differ only in their start page). procmem
-stores identical memories once (same fingerprint = title + content: the second add confirms the first),
-so they are dropped before the evaluation: 414 tasks, 96 templates.
+Ranking (leave-one-out): every task whose template has another task is a query; the store holds the
+413 OTHER tasks (rebuilt for each query); relevant = tasks of the same `intent_template_id`.
+Engines: procmem `MemoryStore.search`; rank-bm25 `BM25Okapi` on the same tokens; procmem's
+`BM25Index` on unstemmed tokens.
 
-Ranking (leave-one-out): every task whose template has at least one other task is a query; the store
-holds the 413 OTHER tasks (rebuilt from scratch for each query, so no statistics leak); relevant =
-tasks with the same `intent_template_id`. Metrics at cut-off 10/3/1 with binary relevance; recall@3 is
-of min(3, #relevant), so 1.0 is reachable.
-
-Engines: procmem `MemoryStore.search` (tantivy + Lucene BM25, stemmed tokens); rank-bm25 `BM25Okapi`
-(stock parameters and Okapi IDF) on the same tokens; procmem's `BM25Index` on unstemmed tokens
-(`tokenize(..., stem=False)`).
-
-Relevance floor: `retrieve_memories(store, task, k=3, min_relevance=x, record=False)` for in-domain
-queries (leave-one-out as above) and out-of-domain queries (HotpotQA questions; benign and injection
-texts, first 200 characters) against the store of all 414 tasks.
+Relevance floor: see FLOOR_INTRO below (it is printed into the report).
 """
 from __future__ import annotations
-import argparse, json, math, random, re, statistics, subprocess, sys, time
+import argparse, json, math, random, re, statistics, time
 from collections import defaultdict
 from pathlib import Path
 
 from _common import REPO, git_commit
 DATA = REPO.parent / "shared" / "data"
-FLOORS = [0, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5]
+FLOORS = [0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6]
+OLD_FLOOR = 0.25  # the floor before issue 6 (score / task IDF mass)
 
 from procmem import MemoryItem, MemoryStore, BM25Index, retrieve_memories, tokenize
 from procmem.index import memory_text
-from procmem.retrieval import DEFAULT_MIN_RELEVANCE
+from procmem.retrieval import DEFAULT_MIN_RELEVANCE, DEFAULT_CANDIDATES
+from long_tasks import long_tasks, split_of, unrelated_texts
 from rank_bm25 import BM25Okapi
 
 _PH = re.compile(r"\{\{[^}]*\}\}")
@@ -126,50 +118,122 @@ def ranking_eval(tasks, variant):
 
 # ---------------------------------------------------------------- relevance floor
 
-def ood_queries(n_inj: int, seed: int = 0) -> dict[str, list[str]]:
-    hq = []
-    for line in (DATA / "reflexion" / "hotpotqa_react_reflexion_100q_5trials.txt").read_text().splitlines():
-        if line.startswith("Question:"):
-            q = line.split(":", 1)[1].strip()
-            if q and q not in hq: hq.append(q)
-    rows = [json.loads(l) for l in (DATA / "injection" / "benchmark_dev.jsonl").read_text().splitlines() if l.strip()]
+def short_unrelated(n: int, seed: int = 0) -> dict[str, list[str]]:
+    "Short out-of-domain queries by source: HotpotQA questions, benign and injection texts (200 chars)."
+    rows = [json.loads(l) for l in (DATA / "injection" / "benchmark_dev.jsonl").open() if l.strip()]
     rnd = random.Random(seed)
     benign = [r["text"][:200] for r in rows if r["label"] == 0 and r["text"].strip()]
     inj = [r["text"][:200] for r in rows if r["label"] == 1 and r["text"].strip()]
-    return {"HotpotQA questions": hq, "benign texts": rnd.sample(benign, min(n_inj, len(benign))),
-            "injection texts": rnd.sample(inj, min(n_inj, len(inj)))}
+    return {"HotpotQA questions": unrelated_texts(DATA)["hotpotqa"],
+            "benign texts": rnd.sample(benign, min(n, len(benign))),
+            "injection texts": rnd.sample(inj, min(n, len(inj)))}
 
-def floor_eval(tasks, variant, ood: dict[str, list[str]]):
-    mems = [task_memory(t, variant) for t in tasks]
-    tpl = {m.id: t["intent_template_id"] for t, m in zip(tasks, mems)}
+
+def old_floor(store, task: str, floor: float = OLD_FLOOR) -> list[str]:
+    "The floor before issue 6: top-3 BM25 hits whose score / the task's IDF mass is >= 0.25."
+    mass = store._index().idf_mass(task)
+    return [m.id for m, s in store.search(task, 3) if mass and s / mass >= floor]
+
+
+def scored_hits(store, task: str) -> list[tuple[str, float]]:
+    "(id, relevance) of the BM25 candidates `retrieve_memories` looks at, in its order."
+    got = retrieve_memories(store, task, k=DEFAULT_CANDIDATES, min_relevance=0, record=False,
+                            with_scores=True)
+    return [(m.id, r) for m, r in got]
+
+
+def kept(hits: list, floor: float, k: int = 3) -> list[str]:
+    "What `retrieve_memories(k=k, min_relevance=floor)` returns, from `scored_hits`."
+    return [i for i, r in hits if r >= floor][:k]
+
+
+def _query_row(store, task: str, group: str, source: str, split: str, rel: set) -> dict:
+    "One query's candidates with relevances, and what the old floor returned."
+    hits = scored_hits(store, task)
+    direct = [m.id for m in retrieve_memories(store, task, k=3, record=False)]
+    assert direct == kept(hits, DEFAULT_MIN_RELEVANCE), "kept() must reproduce retrieve_memories"
+    return dict(group=group, source=source, split=split, rel=rel, hits=hits,
+                old=old_floor(store, task))
+
+
+def in_domain_rows(tasks, mems, long_rows) -> list[dict]:
+    "Short (the intent) and long (intent in a paragraph) queries of each task, leave-one-out store."
     by_tpl = defaultdict(set)
-    for m in mems: by_tpl[tpl[m.id]].add(m.id)
-    ind = {f: dict(recall3=[], any_rel=[], empty=[], prec=[]) for f in FLOORS}
+    for t, m in zip(tasks, mems):
+        by_tpl[t["intent_template_id"]].add(m.id)
+    wrapped = defaultdict(list)
+    for r in long_rows:
+        wrapped[r["task_id"]].append(r)
+    out = []
     for i, t in enumerate(tasks):
         rel = by_tpl[t["intent_template_id"]] - {mems[i].id}
-        if not rel: continue
+        if not rel:
+            continue
         s = build_store(mems[:i] + mems[i + 1:])
-        for f in FLOORS:
-            got = [m.id for m in retrieve_memories(s, t["intent"], k=3, min_relevance=f, record=False)]
-            r = ind[f]
-            r["recall3"].append(len(set(got) & rel) / min(3, len(rel)))
-            r["any_rel"].append(float(bool(set(got) & rel)))
-            r["empty"].append(float(not got))
-            if got: r["prec"].append(len(set(got) & rel) / len(got))
+        split = split_of(t["intent_template_id"])
+        out.append(_query_row(s, t["intent"], "short task", "webarena", split, rel))
+        for r in wrapped[t["task_id"]]:
+            out.append(_query_row(s, r["query"], "long task", r["wrapper"], r["split"], rel))
         s.close()
+    return out
+
+
+def unrelated_rows(mems, long_rows, n_short: int) -> list[dict]:
+    "Unrelated short and long queries against the store of all tasks."
     s = build_store(mems)
-    oo = {g: {f: [] for f in FLOORS} for g in ood}
-    for g, qs in ood.items():
-        for q in qs:
-            for f in FLOORS: oo[g][f].append(float(not retrieve_memories(s, q, k=3, min_relevance=f, record=False)))
+    out = []
+    for src, qs in short_unrelated(n_short).items():
+        out += [_query_row(s, q, "short unrelated", src, split_of(src), set()) for q in qs]
+    for r in long_rows:
+        out.append(_query_row(s, r["query"], "long unrelated", r["source"], r["split"], set()))
     s.close()
-    table = []
-    for f in FLOORS:
-        row = dict(floor=f, **{k: statistics.fmean(v) if v else float("nan") for k, v in ind[f].items()})
-        for g in ood: row[g] = statistics.fmean(oo[g][f])
-        row["ood_all"] = statistics.fmean(x for g in ood for x in oo[g][f])
-        table.append(row)
-    return table, {g: len(q) for g, q in ood.items()}, len(ind[0]["recall3"]), len(mems)
+    return out
+
+
+def success(row: dict, got: list[str]) -> bool:
+    "A relevant query succeeds when a same-template memory is returned, an unrelated one on []."
+    return bool(set(got) & row["rel"]) if row["rel"] else not got
+
+
+GROUPS = ["long task", "long unrelated", "short task", "short unrelated"]
+TARGETS = {"long task": 0.9, "long unrelated": 0.95, "short task": 0.9, "short unrelated": 0.95}
+
+
+def rates(rows: list[dict], split: str, floor) -> dict:
+    "Success rate per group on `split` ('all' for both) at `floor` ('old' for the old floor)."
+    out = {}
+    for g in GROUPS:
+        rs = [r for r in rows if r["group"] == g and split in ("all", r["split"])]
+        got = [(r, r["old"] if floor == "old" else kept(r["hits"], floor)) for r in rs]
+        out[g] = statistics.fmean(success(r, x) for r, x in got) if got else float("nan")
+    return out
+
+
+def tuned_floor(rows: list[dict]) -> float:
+    "The floor of `FLOORS` whose worst ratio to the targets is highest on the tune split."
+    def worst(f):
+        r = rates(rows, "tune", f)
+        return min(r[g] / TARGETS[g] for g in GROUPS)
+    return max(FLOORS, key=lambda f: (round(worst(f), 4), -f))
+
+
+def per_source(rows: list[dict], floor) -> dict:
+    "Success rate per (group, source) at `floor`, both splits."
+    out = defaultdict(list)
+    for r in rows:
+        out[(r["group"], r["source"], r["split"])].append(
+            success(r, r["old"] if floor == "old" else kept(r["hits"], floor)))
+    return {k: (statistics.fmean(v), len(v)) for k, v in sorted(out.items())}
+
+
+def floor_eval(tasks, variant: str, n_short: int) -> dict:
+    "Rows of every query of the floor evaluation for one document variant, and the check of them."
+    mems = [task_memory(t, variant) for t in tasks]
+    lt = long_tasks(DATA, tasks)
+    rows = in_domain_rows(tasks, mems, [r for r in lt if r["kind"] == "relevant"])
+    rows += unrelated_rows(mems, [r for r in lt if r["kind"] == "unrelated"], n_short)
+    return rows
+
 
 # ---------------------------------------------------------------- report
 
@@ -178,61 +242,143 @@ def md_ranking(res: dict, variant: str) -> list[str]:
     L = [f"### Documents: {variant} ({n} leave-one-out queries)", "",
          "| engine | MRR@10 | nDCG@10 | recall@3 | hit@1 |", "|---|---|---|---|---|"]
     for name, m in res.items():
-        L.append(f"| {name} | {m['mrr10']:.3f} | {m['ndcg10']:.3f} | {m['recall3']:.3f} | {m['hit1']:.3f} |")
+        L.append(f"| {name} | {m['mrr10']:.3f} | {m['ndcg10']:.3f} | {m['recall3']:.3f} "
+                 f"| {m['hit1']:.3f} |")
     return L + [""]
 
-def md_floor(table, sizes, n_in, n_all, variant) -> list[str]:
-    groups = list(sizes)
+
+def _counts(rows: list[dict], split: str) -> str:
+    return ", ".join(f"{g} {sum(r['group'] == g and split in ('all', r['split']) for r in rows)}"
+                     for g in GROUPS)
+
+
+def md_summary(rows: list[dict], variant: str, best: float) -> list[str]:
+    "Old floor against the default (and the floor tuned on this variant) on both splits."
+    cols = [("old floor (0.25 of task mass)", "old"), (f"default {DEFAULT_MIN_RELEVANCE:g}",
+            DEFAULT_MIN_RELEVANCE)]
+    if best != DEFAULT_MIN_RELEVANCE:
+        cols.append((f"best on tune {best:g}", best))
     L = [f"### Documents: {variant}", "",
-         f"In-domain: {n_in} WebArena intents (leave-one-out store). Out-of-domain against the store of all {n_all} tasks: "
-         + ", ".join(f"{g} ({sizes[g]})" for g in groups) + ".", "",
-         "| min_relevance | OOD → [] (all) | " + " | ".join(f"{g} → []" for g in groups)
-         + " | in-domain recall@3 | in-domain ≥1 same-template | in-domain → [] | precision of returned | balanced |",
-         "|---|---|" + "---|" * len(groups) + "---|---|---|---|---|"]
-    bal = {r["floor"]: (r["ood_all"] + r["any_rel"]) / 2 for r in table}
-    for r in table:
-        mark = " (current default)" if r["floor"] == DEFAULT_MIN_RELEVANCE else ""
-        L.append(f"| {r['floor']:g}{mark} | {r['ood_all']:.3f} | " + " | ".join(f"{r[g]:.3f}" for g in groups)
-                 + f" | {r['recall3']:.3f} | {r['any_rel']:.3f} | {r['empty']:.3f} | {r['prec']:.3f} | {bal[r['floor']]:.3f} |")
-    best = max(bal, key=lambda f: (round(bal[f], 3), -f))
-    return L + ["", f"balanced = mean of \"OOD → [] (all)\" and \"in-domain ≥1 same-template\"; highest at min_relevance = {best:g}.", ""]
+         f"Queries: tune split ({_counts(rows, 'tune')}); held-out split "
+         f"({_counts(rows, 'heldout')}).", "",
+         "| query group (success = ...) | target | " + " | ".join(
+             f"{c} tune | {c} held-out" for c, _ in cols) + " |",
+         "|---|---|" + "---|---|" * len(cols)]
+    what = {"long task": "same-template memory returned", "short task": "same-template memory returned",
+            "long unrelated": "→ []", "short unrelated": "→ []"}
+    res = {(f, s): rates(rows, s, f) for _, f in cols for s in ("tune", "heldout")}
+    for g in GROUPS:
+        cells = " | ".join(f"{res[(f, 'tune')][g]:.3f} | {res[(f, 'heldout')][g]:.3f}"
+                           for _, f in cols)
+        L.append(f"| {g} ({what[g]}) | ≥ {TARGETS[g]:g} | {cells} |")
+    return L + [""]
+
+
+def md_sweep(rows: list[dict], split: str) -> list[str]:
+    L = [f"Sweep of `min_relevance`, {split} split:", "",
+         "| min_relevance | " + " | ".join(GROUPS) + " |", "|---|" + "---|" * len(GROUPS)]
+    for f in FLOORS:
+        r = rates(rows, split, f)
+        mark = " (default)" if f == DEFAULT_MIN_RELEVANCE else ""
+        L.append(f"| {f:g}{mark} | " + " | ".join(f"{r[g]:.3f}" for g in GROUPS) + " |")
+    return L + [""]
+
+
+def md_sources(rows: list[dict]) -> list[str]:
+    L = ["Per source at the default floor (long tasks: by wrapper):", "",
+         "| group | source | split | n | old floor | default |", "|---|---|---|---|---|---|"]
+    old, new = per_source(rows, "old"), per_source(rows, DEFAULT_MIN_RELEVANCE)
+    for (g, src, sp), (v, n) in new.items():
+        L.append(f"| {g} | {src} | {sp} | {n} | {old[(g, src, sp)][0]:.3f} | {v:.3f} |")
+    return L + [""]
+
+
+def md_examples(tasks) -> list[str]:
+    lt = long_tasks(DATA, tasks)
+    rel = next(r for r in lt if r["kind"] == "relevant")
+    unr = next(r for r in lt if r["source"] == "hotpotqa")
+    return ["Examples of long texts (`bench/long_tasks.py`):", "",
+            f"- long task (wrapper {rel['wrapper']}): " + rel["query"].replace("\n", " "),
+            f"- long unrelated (wrapper {unr['wrapper']}): " + unr["query"].replace("\n", " "), ""]
+
+
+FLOOR_INTRO = """\
+`retrieve_memories(store, task, k=3, min_relevance=x, record=False)`: a hit's relevance is the
+larger of the task-side share (BM25 score ÷ the task's IDF mass) and the memory-side share (IDF share
+of the memory's indexed terms found in the task, counted from 3 shared terms on); the floor is
+applied to the top 20 BM25 hits (see `nbs/04_retrieval.ipynb`). The old floor is the one before
+issue 6: the top-3 BM25 hits whose score ÷ the task's IDF mass is ≥ 0.25.
+
+Query groups: **short task** = a WebArena intent; **long task** = the same intent inside one of 12
+paragraph wrappers (chat request with background, ticket, agent-harness prompt, manager e-mail,
+hand-over note, ...; 50-160 words) naming the task's site (`bench/long_tasks.py`); both against the
+store of the OTHER tasks (leave-one-out), success when a task of the same template is returned.
+**short unrelated** = HotpotQA questions, benign and injection texts (first 200 characters);
+**long unrelated** = HotpotQA questions, AgentDojo user tasks, ASB agent tasks and Spikee benign
+questions inside the same wrappers (naming a random WebArena site), and BIPIA e-mails, Stack Exchange
+answers, AgentDojo tool outputs and CPython docstrings as they are; against the store of all tasks,
+success on `[]`.
+
+Held out honestly: WebArena templates, wrappers and unrelated sources are each hashed to "tune" or
+"heldout" (`long_tasks.split_of`); a held-out long task has a held-out template AND a held-out
+wrapper. The default floor was chosen on the tune split (highest worst ratio to the targets, over
+the intent+template documents); the held-out columns were not looked at to choose it.
+"""
+
+def ranking_section(tasks, variants) -> list[str]:
+    L = ["## Ranking", ""]
+    out = {}
+    for v in variants:
+        out[v] = ranking_eval(tasks, v)
+        L += md_ranking(out[v], v)
+        print("\n".join(md_ranking(out[v], v)), flush=True)
+    return L, out
+
+
+def floor_section(tasks, variants, n_short) -> tuple[list[str], dict]:
+    L = ["## Relevance floor of `retrieve_memories` (k = 3)", "", FLOOR_INTRO]
+    out = {}
+    for v in variants:
+        rows = floor_eval(tasks, v, n_short)
+        best = tuned_floor(rows)
+        part = md_summary(rows, v, best) + md_sweep(rows, "tune") + md_sweep(rows, "heldout")
+        part += md_sources(rows)
+        print("\n".join(part), flush=True)
+        L += part
+        out[v] = dict(best_on_tune=best, default=DEFAULT_MIN_RELEVANCE,
+                      **{f"{s}@{f}": rates(rows, s, f) for s in ("tune", "heldout", "all")
+                         for f in ["old", DEFAULT_MIN_RELEVANCE, best]})
+    return L + md_examples(tasks), out
+
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "quality.md"))
     ap.add_argument("--ood", type=int, default=300, help="benign and injection texts sampled (each)")
+    ap.add_argument("--no-ranking", action="store_true", help="only the relevance floor")
     a = ap.parse_args()
     t0 = time.time()
     tasks = load_tasks()
-    ood = ood_queries(a.ood)
     variants = ["intent+template", "intent only"]
-    L = ["# Ranking quality and relevance floor (WebArena tasks)", "",
-         f"Run {time.strftime('%Y-%m-%d %H:%M')} with `python bench/quality.py` on procmem commit {git_commit()}. "
-         "Memories: one per WebArena task (`shared/data/webarena/tasks_dev.json`: 423 tasks, of which 9 repeat another's "
-         "intent verbatim and are dropped, as procmem would merge them: 414 tasks, 96 templates). "
-         "Document variants: **intent+template** = title: the intent; description and content: the intent template "
-         "with its placeholders removed (the generic procedure, without the instance's specifics); "
-         "**intent only** = title: the intent, no description. The store indexes title, description, tags "
-         "and task query (content is not indexed). Relevant = other tasks of the same `intent_template_id`; "
-         "leave-one-out (the query's own task is not in the store; templates with a single task are not queries).", "",
-         "## Ranking", ""]
+    L = ["# Ranking quality and relevance floor (WebArena tasks, long task texts)", "",
+         f"Run {time.strftime('%Y-%m-%d %H:%M')} with `python bench/quality.py` on procmem commit "
+         f"{git_commit()}. Memories: one per WebArena task (`shared/data/webarena/tasks_dev.json`: "
+         "423 tasks, of which 9 repeat another's intent verbatim and are dropped: 414 tasks, 96 "
+         "templates). Document variants: **intent+template** = title: the intent; description and "
+         "content: the intent template with its placeholders removed; **intent only** = title: the "
+         "intent, no description. The store indexes title, description, tags and task query.", ""]
     results = {}
-    for v in variants:
-        results[v] = ranking_eval(tasks, v); L += md_ranking(results[v], v)
-        print("\n".join(md_ranking(results[v], v)), flush=True)
-    L += ["## Relevance floor of `retrieve_memories` (k = 3)", "",
-          "`min_relevance` keeps a hit whose BM25 score ÷ the query's IDF mass is at least the floor. "
-          "Want: out-of-domain queries → [] (high), in-domain recall@3 and ≥1 same-template hit (high). "
-          "recall@3 is of min(3, #same-template tasks); precision is over queries that returned something.", ""]
-    floors = {}
-    for v in variants:
-        table, sizes, n_in, n_all = floor_eval(tasks, v, ood); floors[v] = table
-        L += md_floor(table, sizes, n_in, n_all, v)
-        print("\n".join(md_floor(table, sizes, n_in, n_all, v)), flush=True)
+    if not a.no_ranking:
+        part, results["ranking"] = ranking_section(tasks, variants)
+        L += part
+    part, results["floors"] = floor_section(tasks, variants, a.ood)
+    L += part
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text("\n".join(L) + "\n")
-    Path(a.out).with_suffix(".json").write_text(json.dumps(dict(ranking=results, floors=floors), indent=1))
+    Path(a.out).with_suffix(".json").write_text(json.dumps(results, indent=1))
     print(f"written to {a.out} in {time.time() - t0:.0f} s")
+
 
 if __name__ == "__main__":
     main()
