@@ -15,7 +15,7 @@ from procmem.store import MemoryStore
 from procmem.bootstrap import bootstrap_general_strategies
 from procmem.inject import INJECT_HEADING, format_memories_for_injection, strip_injected_memories
 from procmem.gates import (DedupDecision, GateResult, apply_dedup, apply_gate, check_memory_deduplication,
-                           check_vacuity, find_task_leaks, is_echo_of, run_gates, score_generalization,
+                           check_vacuity, compare_memories, find_task_leaks, is_echo_of, run_gates, score_generalization,
                            task_specifics)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,7 +144,7 @@ def test_reworded_near_copy_is_merged(store, pack):
                           "1. Resolve the class to a URI using search_entity.\n2. Look that URI up in the {ontology}_meta superclass map to get its "
                           "direct parents.\n3. Name every parent using the label map.\n4. When the map has nothing for the class, call "
                           "probe_relationships and follow outgoing subClassOf links; their objects are superclasses.\n5. Repeat on the parents only "
-                          "if the task wants the whole chain up to the roots.")
+                          "if the task wants the whole chain up to the roots.", domain=sup.domain)
     d = check_memory_deduplication(reworded, store)
     assert (d.action, d.target.id) == ("merge", sup.id), d
     assert run_gates(reworded, store).action == "merge"
@@ -214,26 +214,96 @@ def test_merge_raises_confidence(store, pack):
     assert "another-id" not in store and len(store) == 7
 
 
-def test_replace_keeps_id_and_counters(store, pack):
-    old = store.get(pack[4].id); old.use_count, old.success_count, old.access_count = 5, 4, 9; store.update(old)
-    refined = MemoryItem(pack[4].title, pack[4].description, pack[4].content +
-                         "\n6. Group the hits by their rdf type before describing them, and describe one representative per group first."
-                         "\n7. Note which fields matched, so a later query can be narrowed.\n8. Cache hits between related questions within one session.",
-                         tags=["pattern", "grouping"], provenance={"trajectory_id": "t-7"})
+def _refined(item, n=0, task="Group the search hits of a big ontology by type"):
+    "A refinement of `item`: the same title, its content plus new steps (`n` varies the wording)."
+    return MemoryItem(item.title, item.description, item.content +
+                      f"\n6. Group the hits by their rdf type before describing them (pass {n}), and describe one "
+                      "representative per group first.\n7. Note which fields matched, so a later query can be narrowed."
+                      "\n8. Cache hits between related questions within one session.",
+                      tags=["pattern", "grouping"], provenance={"trajectory_id": f"t-{n}"}, domain=item.domain,
+                      task_query=f"{task} {n}")
+
+
+def test_replace_starts_the_new_text_fresh_and_keeps_the_old_in_lineage(store, pack):
+    "Issue 6 point 13: a replace does not carry the old text's record over to the new text."
+    for ok in (True, True, True, True, False):
+        store.record_outcome([pack[4].id], ok)
+    store.modify(pack[4].id, lambda m: m.confirm().confirm())
+    old = store.get(pack[4].id)
+    assert (old.use_count, old.success_count, old.failure_count, old.confidence) == (5, 4, 1, 0.3)
+    refined = _refined(pack[4])
     r = run_gates(refined, store)
     assert (r.action, r.target.id) == ("replace", pack[4].id), r
+    got = store.get(pack[4].id)
     stored = apply_gate(r, refined, store)
     got = store.get(pack[4].id)
-    assert stored == got and got.content == refined.content
-    assert (got.id, got.use_count, got.success_count, got.access_count, got.created_at, got.confidence) == \
-           (pack[4].id, 5, 4, 9, pack[4].created_at, pack[4].confidence)
+    assert stored == got and got.content == refined.content and got.created_at == pack[4].created_at
+    assert (got.use_count, got.success_count, got.failure_count, got.access_count, got.last_used_at,
+            got.confidence) == (0, 0, 0, 0, None, 0.1)  # the new text starts fresh
+    [v] = got.lineage  # the old version, with its record
+    assert (v["content"], v["use_count"], v["success_count"], v["failure_count"], v["confidence"],
+            v["fingerprint"]) == (pack[4].content, 5, 4, 1, 0.3, pack[4].fingerprint)
     assert got.tags == ["universal", "search", "pattern", "multiple", "grouping"]
-    assert got.provenance["trajectory_id"] == "t-7" and got.provenance["source_kind"] == "bootstrap"
+    assert got.provenance["trajectory_id"] == "t-0" and got.provenance["supersedes"] == pack[4].fingerprint
     assert refined.id not in store and len(store) == 7
+    assert [e["kind"] for e in store.events()][-1] == "modify"
+
+
+def test_lineage_keeps_the_last_three_versions(store, pack):
+    contents = [pack[4].content]
+    for n in range(1, 5):  # four replaces in a row (the decision is given: this tests what a replace writes)
+        new = _refined(pack[4], n)
+        apply_dedup(DedupDecision("replace", store.get(pack[4].id), 1.0, 1.0, "test"), new, store)
+        contents.append(new.content)
+    got = store.get(pack[4].id)
+    assert got.content == contents[-1]
+    assert [v["content"] for v in got.lineage] == contents[-4:-1]  # the last 3 earlier versions, oldest first
+
+
+def test_merge_keeps_the_candidates_task_as_an_example_query(store, pack):
+    "Issue 6 point 13: a merged memory is still found by the task that produced the merged candidate."
+    task = "Which savanna herbivores appear in the wildlife catalogue?"
+    assert all(m.id != pack[1].id for m, _ in store.search(task, 3))  # not found by that task before
+    twin = dataclasses.replace(copy.deepcopy(pack[1]), id="twin", task_query=task)
+    for ok in (True, False):
+        store.record_outcome([pack[1].id], ok)
+    r = run_gates(twin, store)
+    assert (r.action, r.target.id) == ("merge", pack[1].id)
+    got = apply_gate(r, twin, store)
+    assert got.example_queries == [task] and got.confidence == 0.2
+    assert (got.use_count, got.success_count, got.failure_count) == (2, 1, 1)  # a merge keeps the record
+    assert store.search(task, 1)[0][0].id == pack[1].id  # now it is
+
+
+def test_merge_example_queries_are_capped_at_five(store, pack):
+    for n in range(7):
+        twin = dataclasses.replace(copy.deepcopy(pack[1]), id=f"twin-{n}", task_query=f"list the subclasses of class {n}")
+        apply_gate(run_gates(twin, store), twin, store)
+    got = store.get(pack[1].id)
+    assert got.example_queries == [f"list the subclasses of class {n}" for n in range(2, 7)]
+    assert got.confidence == 0.8
+
+
+def test_different_domains_are_never_merged(store, pack):
+    reworded = dataclasses.replace(copy.deepcopy(pack[1]), id="web-copy", domain="web",
+                                   content=pack[1].content + "\n6. Sort by label.")
+    d = check_memory_deduplication(reworded, store)
+    assert d.action == "add" and d.target is None, d
+    assert run_gates(reworded, store).action == "add"
+    assert compare_memories(reworded, pack[1]).reason.endswith("in domain ('web' vs 'ontology'): never merged")
+    stored = apply_gate(run_gates(reworded, store), reworded, store)
+    assert stored.id == "web-copy" and store.get(pack[1].id).confidence == 0.1 and len(store) == 8
+
+
+@pytest.mark.xfail(strict=False, reason="the store confirms a same-fingerprint memory of another domain (request D->A)")
+def test_identical_text_in_another_domain_is_not_merged(store, pack):
+    same = dataclasses.replace(copy.deepcopy(pack[1]), id="web-same", domain="web")
+    stored = apply_gate(run_gates(same, store), same, store)
+    assert stored.id == "web-same" and store.get(pack[1].id).confidence == 0.1
 
 
 def test_skip_leaves_store_unchanged(store, pack):
-    fragment = MemoryItem(pack[5].title, content="\n".join(pack[5].content.split("\n")[:3]))
+    fragment = MemoryItem(pack[5].title, content="\n".join(pack[5].content.split("\n")[:3]), domain=pack[5].domain)
     r = run_gates(fragment, store)
     assert r.action == "skip" and r.target.id == pack[5].id
     before, rev, events = [m.to_dict() for m in store], store.rev, len(store.events())
