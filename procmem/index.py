@@ -401,7 +401,7 @@ def _score_docs(self:BM25Index, docs:np.ndarray, terms:list, avg:dict) -> np.nda
         sc[hit] += wt * bm25_tf(tf, b.lens[docs[hit], fi], avg[f])
     return sc
 
-# %% ../nbs/03_index.ipynb #446e602a
+# %% ../nbs/03_index.ipynb #c016e728
 @patch
 def _buffers(self:BM25Index) -> tuple:
     "Per-base scratch arrays (partial scores, seen flags), all zero between searches."
@@ -419,6 +419,7 @@ def _add_term(self:BM25Index, acc:np.ndarray, term:tuple, avg:dict) -> np.ndarra
     acc[pd] += wt * bm25_tf(b.ptf[lo:hi], b.lens[pd, fi], avg[f])  # a term's documents are distinct
     return pd
 
+_TIE = 1e-9  # scores this close (relative) are ties, broken by id: summation order differs by layer
 _GATE = 1.5  # exact bound only once the remaining terms' bound is within 1.5x the partial k-th score
 
 def _kth(scores:np.ndarray, others:list, k:int) -> float:
@@ -441,7 +442,7 @@ def _bound(self:BM25Index, acc, cands, terms:list, m:int, k:int, avg:dict, best_
     if rest < low or rest > _GATE * low: return low  # decided, or hopeless: skip the exact scores
     return _kth(self._full(acc, top, terms, m, avg)[1], best_ov, k)
 
-# %% ../nbs/03_index.ipynb #6f643972
+# %% ../nbs/03_index.ipynb #c974bd92
 @patch
 def _base_scores(self:BM25Index, plan:list, avg:dict, k:int, filters:dict, ov_scores:dict) -> tuple:
     "Base documents (numbers) that can reach the top k, with their exact scores (rank-safe MaxScore)."
@@ -459,7 +460,7 @@ def _base_scores(self:BM25Index, plan:list, avg:dict, k:int, filters:dict, ov_sc
             seen[new] = True
             parts.append(self._live(new, filters))
             cands = np.concatenate(parts)
-            theta = self._bound(acc, cands, terms, m, k, avg, best_ov, rest[m])
+            theta = self._bound(acc, cands, terms, m, k, avg, best_ov, rest[m]) * (1 - _TIE)
             if rest[m] < theta: break  # no document outside `cands` can reach the top k
         return self._full(acc, cands[acc[cands] + rest[m] >= theta], terms, m, avg)
     finally:
@@ -467,11 +468,11 @@ def _base_scores(self:BM25Index, plan:list, avg:dict, k:int, filters:dict, ov_sc
             acc[pd] = 0
             seen[pd] = False
 
-# %% ../nbs/03_index.ipynb #af1303d1
+# %% ../nbs/03_index.ipynb #727d7e40
 def _top(docs:np.ndarray, sc:np.ndarray, k:int) -> tuple:
     "The k best of (docs, scores), keeping every document tied with the k-th."
     if len(sc) <= k: return docs, sc
-    keep = sc >= np.partition(sc, len(sc) - k)[len(sc) - k]
+    keep = sc >= np.partition(sc, len(sc) - k)[len(sc) - k] * (1 - _TIE)
     return docs[keep], sc[keep]
 
 def _check_filters(self, filters) -> dict:
@@ -484,7 +485,9 @@ def _check_filters(self, filters) -> dict:
         out[key] = {v} if isinstance(v, str) else {str(x) for x in v}
     return out
 
-def _rank_key(pair): return (-pair[1], pair[0])
+def _rank_key(pair):
+    "Sort key: best score first, ties (equal to 9 decimals) by id."
+    return (-round(pair[1], 9), pair[0])
 
 # %% ../nbs/03_index.ipynb #26828c95
 @patch
@@ -649,13 +652,13 @@ def refresh(self:BM25Index) -> bool:
         self._sig = sig
     return True
 
-# %% ../nbs/03_index.ipynb #585f7a1d
+# %% ../nbs/03_index.ipynb #402027b2
 STORE_FIELDS = {"text": 1.0}
 _KEYWORDS = ("domain", "source_type")
 _TEXT_SQL = " || ' ' || ".join(
     [f"COALESCE(json_extract(data, '$.{f}'), '')" for f in ("title", "description", "tags", "task_query")]
     + ["COALESCE((SELECT group_concat(value, ' ') FROM json_each(data, '$.example_queries')), '')"])
-_ROWS_SQL = f"SELECT id, {_TEXT_SQL}, domain, source_type FROM memories WHERE rev > ?"
+_ROWS_SQL = f"SELECT id, {_TEXT_SQL}, domain, source_type FROM memories WHERE rev > ? AND json_valid(data)"
 
 def memory_text(m:MemoryItem) -> str:
     "The indexed text of a memory: title, description, tags, task query and example queries."
@@ -700,9 +703,9 @@ def _feed_index(self:MemoryStore, ix:BM25Index, bulk:bool=False):
             for i, text, kw in rows: ix.add(i, text, **kw)
     self._bm25_rev = rev
 
-# %% ../nbs/03_index.ipynb #38a8c34e
+# %% ../nbs/03_index.ipynb #56a1e7a0
 @patch
-def sync_index(self:MemoryStore, flush:bool=False) -> BM25Index:
+def _sync(self:MemoryStore, flush:bool=False) -> BM25Index:
     "Bring the index up to date with the database (any process's writes); write a large backlog to the base."
     with self._lock:
         ix = self._index()
@@ -716,7 +719,7 @@ def sync_index(self:MemoryStore, flush:bool=False) -> BM25Index:
         elif backlog > 0: self._feed_index(ix)
     return ix
 
-# %% ../nbs/03_index.ipynb #aa0deaa9
+# %% ../nbs/03_index.ipynb #53928fd0
 @patch
 def _rebuild_index(self:MemoryStore):
     "Rebuild the index from the database into a new file and swap it in, under the index lock."
@@ -728,29 +731,29 @@ def _rebuild_index(self:MemoryStore):
             self._feed_index(ix, bulk=True)
 
 @patch
-def _synced_index(self:MemoryStore) -> BM25Index:
-    "The index brought up to date; a damaged index file is rebuilt from the database first."
-    try: return self.sync_index()
-    except IndexDamagedError:  # derived data: rebuild it and answer from the new index
+def sync_index(self:MemoryStore, flush:bool=False) -> BM25Index:
+    "The index brought up to date (`flush`: into its file); a damaged index file is rebuilt first."
+    try: return self._sync(flush)
+    except IndexDamagedError:  # derived data: rebuild it (up to the current revision) and answer from it
         self._rebuild_index()
-        return self.sync_index()
+        return self._index()
 
-# %% ../nbs/03_index.ipynb #1d3b7f1a
+# %% ../nbs/03_index.ipynb #87ee369f
 @patch
 def search(self:MemoryStore, query:str, k:int=5, domain=None, source_type=None) -> list[tuple[MemoryItem, float]]:
     "The `k` best-matching memories with their BM25 scores, best first; filters: domain, source_type."
     if not isinstance(query, str): raise TypeError(f"query must be a string, got {type(query).__name__}")
     filters = {"domain": domain, "source_type": source_type}  # each a value or a list of values
-    hits = self._synced_index().search(query, k, filters=filters)
+    hits = self.sync_index().search(query, k, filters=filters)
     items = {m.id: m for m in self.get_many([i for i, _ in hits])}  # an id deleted meanwhile is skipped
     return [(items[i], score) for i, score in hits if i in items]
 
-# %% ../nbs/03_index.ipynb #04fbcec3
+# %% ../nbs/03_index.ipynb #825e7c21
 _store_add_many = MemoryStore.add_many  # the store's own add_many (02_store)
 
 @patch
 def add_many(self:MemoryStore, items) -> dict:
     "Store many items in one transaction (all or nothing), then bring the search index up to date."
     counts = _store_add_many(self, items)
-    self._synced_index()
+    self.sync_index()
     return counts
