@@ -202,7 +202,7 @@ def _refuse_unusable(path:Path, readonly:bool):
     if kind == "missing" and readonly:
         raise StoreNotFoundError(f"no store at {path} (opened read-only, so none was created)")
 
-# %% ../nbs/02_store.ipynb #a440a471
+# %% ../nbs/02_store.ipynb #356a012c
 def _writable(path:Path) -> bool:
     "Whether this process may write `path` and create files next to it."
     return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
@@ -218,6 +218,9 @@ def _connect(self:MemoryStore, busy_timeout:float) -> sqlite3.Connection:
     _refuse_unusable(self.path, self.readonly)
     if not self.path.exists():
         _create_file(self.path)
+    elif not self.readonly and not _writable(self.path):
+        raise StoreReadOnlyError(f"cannot write store {self.path}: no write permission for the file or its "
+                                 "directory (nothing was changed); read it with readonly=True")
     rw = not self.readonly or _writable(self.path)
     target = str(self.path) if rw else _peek_uri(self.path)
     con = sqlite3.connect(target, uri=not rw, timeout=busy_timeout, isolation_level=None,

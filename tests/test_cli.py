@@ -1,7 +1,8 @@
 """The `procmem` command line, run as a real process (`python -m procmem.cli`): the bootstrap-and-search
 path, one-line errors with exit status 2 that leave the store untouched, all-or-nothing import, the
-export/import round trip, and quarantine of a foreign file given as --store."""
-import hashlib, json, os, shutil, subprocess, sys
+export/import round trip; foreign files refused untouched, damaged stores reported by `validate` and
+salvaged by `repair`, one bad row skipped, read-only stores readable, export that never clobbers."""
+import hashlib, json, os, shutil, sqlite3, subprocess, sys
 from pathlib import Path
 
 import pytest
@@ -207,7 +208,7 @@ def test_export_import_round_trip(store, tmp_path, suffix):
     r = procmem("import", out, store=copy)
     assert (r.returncode, r.stdout) == (0, "added 0, confirmed 0, unchanged 8\n")
     assert exported(copy, tmp_path / "copy.json") == exported(store, tmp_path / "orig.json")
-    assert procmem("validate", store=copy).stdout == "ok\n"
+    assert procmem("validate", store=copy).stdout.startswith(f"ok: {copy}\n")
 
 
 def test_add_show_confirm(store):
@@ -222,24 +223,191 @@ def test_add_show_confirm(store):
     assert r.stdout == f"already stored, unchanged: {new_id}\n"
 
 
-# (6) a foreign file given as --store is moved aside, not overwritten
-def test_foreign_store_file_is_moved_aside(tmp_path):
-    notes = tmp_path / "notes.db"
-    notes.write_text("my precious notes\n")
-    r = procmem("bootstrap", store=notes)
-    assert r.returncode == 0 and r.stdout == "added 7 general strategies\n"
-    assert r.stderr.count("\n") == 1 and r.stderr.startswith(f"procmem: warning: {notes} is not an SQLite database; it was moved aside to ")
-    moved = list(tmp_path.glob("notes.db.quarantined-*"))
-    assert len(moved) == 1 and moved[0].read_text() == "my precious notes\n"
-    assert moved[0].name in r.stderr
-    assert json.loads(procmem("stats", "--json", store=notes).stdout)["count"] == 7
+# ---------------------------------------------------------------- foreign files are never touched
+
+def _snapshot(d: Path) -> dict:
+    return {f.name: sha256(f) if f.is_file() else "dir" for f in sorted(d.iterdir())}
+
+
+def _foreign_files(d: Path) -> list[Path]:
+    "Files a new user might point --store at by mistake."
+    (d / "notes.txt").write_text("my precious notes\n")
+    con = sqlite3.connect(d / "app.sqlite")  # another application's database, in WAL mode, closed
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("CREATE TABLE contacts(name TEXT, phone TEXT)")
+    con.execute("INSERT INTO contacts VALUES ('Ada', '555')")
+    con.commit()
+    con.close()
+    etc = next((Path(f) for f in ("/etc/hosts", "/etc/passwd") if Path(f).is_file()), None)
+    (d / "hosts").write_bytes(etc.read_bytes() if etc else b"127.0.0.1 localhost\n")
+    (d / "empty.db").write_bytes(b"")
+    return [d / "notes.txt", d / "app.sqlite", d / "hosts", d / "empty.db"]
+
+
+COMMANDS = [["list"], ["stats"], ["search", "subclasses"], ["show", "x"], ["validate"], ["repair"], ["bootstrap"],
+            ["add", "--title", "T", "--content", "C"], ["export", "OUT"], ["import", "IN"]]
+
+
+def test_foreign_files_are_refused_by_every_command(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    files = _foreign_files(work)
+    (tmp_path / "in.jsonl").write_text('{"title": "T", "content": "C"}\n')
+    before = _snapshot(work)
+    for f in files:
+        for argv in COMMANDS:
+            argv = [tmp_path / "out.json" if a == "OUT" else tmp_path / "in.jsonl" if a == "IN" else a for a in argv]
+            r = procmem(*argv, store=f)
+            assert (r.returncode, r.stdout) == (2, ""), (f.name, argv, r)
+            assert r.stderr.startswith(f"procmem: error: not a procmem store: {f} (") and r.stderr.count("\n") == 1, r.stderr
+            assert "it was left unchanged" in r.stderr
+    assert _snapshot(work) == before  # same bytes, nothing renamed, no -wal/-shm, no index
+    assert not (tmp_path / "out.json").exists()
+
+
+def _break_row(db: Path, item_id: str):
+    con = sqlite3.connect(db)
+    con.execute("UPDATE memories SET data = substr(data, 1, 40) WHERE id=?", (item_id,))  # truncated JSON
+    con.commit()
+    con.close()
+
+
+def test_one_bad_row_is_skipped_and_named(store, tmp_path):
+    ids = [m["id"] for m in json.loads(procmem("list", "--json", store=store).stdout)]
+    bad = ids[-1]  # the user's own memory
+    _break_row(store, bad)
+    digest = sha256(store)
+    r = procmem("list", store=store)
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == len(ids) - 1 and bad not in r.stdout
+    assert r.stderr == f"procmem: warning: skipped 1 unreadable memory ({bad}); `procmem validate` lists them\n"
+    r = procmem("search", "subclasses", "--no-record", store=store)
+    assert r.returncode == 0 and "Find Subclasses Using GraphMeta" in r.stdout, r.stderr
+    r = procmem("export", tmp_path / "e.jsonl", store=store)
+    assert r.returncode == 0 and r.stdout.startswith(f"exported {len(ids) - 1} memories"), r
+    assert "skipped 1 unreadable memory" in r.stderr
+    assert len((tmp_path / "e.jsonl").read_text().splitlines()) == len(ids) - 1
+    r = procmem("validate", store=store)
+    assert r.returncode == 1 and r.stdout.startswith(f"memory '{bad}' does not parse"), r
+    assert r.stderr.startswith("procmem: error: the store has 1 problem; it was not changed")
+    assert sha256(store) == digest  # list, search --no-record, export and validate wrote nothing
+    r = procmem("show", bad, store=store)
+    assert r.returncode == 2 and f"memory '{bad}' cannot be read" in r.stderr
+
+
+def test_validate_tells_the_truth_and_repair_salvages(store, tmp_path):
+    r = procmem("validate", store=store)
+    assert r.returncode == 0 and r.stdout.startswith(f"ok: {store}\n") and "checked: 8 memories" in r.stdout, r
+    ids = [m["id"] for m in json.loads(procmem("list", "--json", store=store).stdout)]
+    _break_row(store, ids[0])
+    con = sqlite3.connect(store)
+    con.execute("UPDATE memories SET fingerprint = 'stale' WHERE id=?", (ids[2],))
+    con.commit()
+    con.close()
+    digest = sha256(store)
+    r = procmem("validate", store=store)
+    assert r.returncode == 1 and len(r.stdout.splitlines()) == 2, r
+    assert f"memory '{ids[0]}' does not parse" in r.stdout and f"memory '{ids[2]}' has a stale fingerprint" in r.stdout
+    assert sha256(store) == digest and sorted(os.listdir(store.parent)) == [store.name]
+    r = procmem("repair", store=store)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith(f"moved the damaged store aside to {store}.damaged-")
+    assert lines[1] == f"salvaged 7 memories into a fresh store at {store}" and lines[2] == f"unreadable rows: 1 ({ids[0]})"
+    moved = Path(lines[0].rsplit(" ", 1)[1])
+    assert sha256(moved) == digest  # the damaged original is kept, byte for byte
+    assert procmem("validate", store=store).returncode == 0
+    assert len(json.loads(procmem("list", "--json", store=store).stdout)) == 7
+    assert procmem("repair", store=store).stdout == "the store is healthy (7 memories); nothing was changed\n"
+
+
+def test_damaged_store_read_commands_fail_without_touching_it(store, tmp_path):
+    b = bytearray(store.read_bytes())
+    b[100:600] = bytes(range(250)) * 2  # garble the schema page
+    store.write_bytes(bytes(b))
+    before = _snapshot(store.parent)
+    for argv in (["list"], ["stats"], ["search", "x"], ["export", tmp_path / "e.json"], ["add", "--title", "T", "--content", "C"]):
+        r = procmem(*argv, store=store)
+        assert r.returncode != 0 and r.stdout == "" and r.stderr.count("\n") == 1, (argv, r)
+        assert "damaged procmem store" in r.stderr and "procmem repair" in r.stderr, r.stderr
+    r = procmem("validate", store=store)
+    assert r.returncode == 1 and "damaged" in r.stdout
+    assert _snapshot(store.parent) == before and not (tmp_path / "e.json").exists()
+
+
+# ---------------------------------------------------------------- export never clobbers
+
+def test_export_refuses_to_overwrite_a_file_it_did_not_write(store, tmp_path):
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"todo": ["buy milk"]}\n')
+    r = procmem("export", notes, store=store)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1
+    assert r.stderr.startswith(f"procmem: error: {notes} exists and is not a procmem export (")
+    assert "--force" in r.stderr
+    assert notes.read_text() == '{"todo": ["buy milk"]}\n'
+    assert sorted(os.listdir(tmp_path)) == ["memories.db", "notes.json"]  # no temporary file left behind
+    assert procmem("export", notes, "--force", store=store).returncode == 0
+    assert len(json.loads(notes.read_text())) == 8
+    assert procmem("export", notes, store=store).returncode == 0  # our own export may be replaced
+    lines = tmp_path / "log.jsonl"
+    lines.write_text('{"event": "login"}\n')
+    assert procmem("export", lines, store=store).returncode == 2 and lines.read_text() == '{"event": "login"}\n'
+
+
+# ---------------------------------------------------------------- read-only stores
+
+def _no_write_override() -> list[str]:
+    "A command prefix under which file modes bind (root: drop CAP_DAC_OVERRIDE with setpriv)."
+    if os.geteuid() != 0:
+        return []
+    prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
+    if not shutil.which("setpriv") or subprocess.run(prefix + ["test", "-w", "/proc/1/environ"]).returncode == 0:
+        pytest.skip("running as root and cannot drop CAP_DAC_OVERRIDE: chmod would not stop writes")
+    return prefix
+
+
+@pytest.mark.parametrize("layout", ["file_444", "dir_555"])
+def test_read_only_store_can_be_read(template, tmp_path, layout):
+    prefix = _no_write_override()
+    d = tmp_path / "ro"
+    d.mkdir()
+    db = d / "memories.db"
+    shutil.copy(template, db)
+    db.chmod(0o444)
+    if layout == "dir_555":
+        d.chmod(0o555)
+    before = _snapshot(d)
+    out = tmp_path / "e.json"
+    try:
+        def run(*args):
+            cmd = prefix + [sys.executable, "-m", "procmem.cli", "--store", str(db)] + [str(a) for a in args]
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONWARNINGS": ""})
+        assert subprocess.run(prefix + ["sh", "-c", f"echo x >> {db}"], capture_output=True).returncode != 0
+        r = run("list")
+        assert r.returncode == 0 and len(r.stdout.splitlines()) == 8 and r.stderr == "", r
+        assert run("stats").stdout.splitlines()[1] == "memories: 8"
+        sub = "8db6c4a5-6b27-53ac-a244-1307e11f9f72"
+        assert json.loads(run("show", sub).stdout)["title"] == "Find Subclasses Using GraphMeta"
+        r = run("search", QUERY)
+        assert r.returncode == 0 and r.stdout.startswith(f"1. {sub}  Find Subclasses Using GraphMeta"), r
+        assert r.stderr.startswith("procmem: warning: store opened read-only: ") and "not counted" in r.stderr
+        assert run("search", QUERY, "--no-record").stderr == ""
+        assert run("export", out).returncode == 0 and len(json.loads(out.read_text())) == 8
+        assert run("validate").returncode == 0
+        r = run("add", "--title", "T", "--content", "C")
+        assert r.returncode == 2 and r.stderr.startswith("procmem: error: ") and r.stderr.count("\n") == 1, r
+        assert _snapshot(d) == before  # nothing created next to the store: no -wal, -shm or index
+        assert json.loads(run("show", sub).stdout)["access_count"] == 0  # the search was not counted
+    finally:
+        d.chmod(0o755)
 
 
 def test_read_only_commands_create_nothing(tmp_path):
     db = tmp_path / "absent" / "m.db"
-    for args in (["list"], ["stats"], ["search", "subclasses"], ["validate"], ["export", tmp_path / "e.json"]):
+    for args in (["list"], ["stats"], ["search", "subclasses"], ["export", tmp_path / "e.json"]):
         assert procmem(*args, store=db).returncode == 0
     assert procmem("show", "x", store=db).returncode == 2
+    r = procmem("validate", store=db)
+    assert (r.returncode, r.stderr) == (2, f"procmem: error: no store at {db}\n")
     assert not db.parent.exists()
     assert json.loads((tmp_path / "e.json").read_text()) == []
 

@@ -142,3 +142,71 @@ def test_same_memory_from_eight_processes_is_stored_once(tmp_path):
         assert sorted(r["confidence"] for r in results) == pytest.approx([round(0.1 * k, 6) for k in range(1, 9)])
         assert len(s.events(kind="add")) == 1 and len(s.events(kind="confirm")) == 7
         assert s.search("timed-out page", k=5)[0][0].id == m.id and len(s.search("page", k=5)) == 1
+
+
+# ---------------------------------------------------------------- lost updates (issue 6 point 1)
+
+N_OUTCOMES = 120
+
+
+def _recorder(path, target, w, barrier, out):
+    "Record outcomes (or, for w == 0, accesses) of one memory; write how many calls were acknowledged."
+    s = MemoryStore(path)
+    barrier.wait(timeout=120)
+    acked = dict(outcomes=0, successes=0, accesses=0)
+    for i in range(N_OUTCOMES):
+        if w == 0:
+            s.record_access([target])
+            acked["accesses"] += 1
+            continue
+        ok = (i + w) % 3 != 0
+        s.record_outcome([target], ok)  # returns only after the commit: acknowledged
+        acked["outcomes"] += 1
+        acked["successes"] += ok
+    s.close()
+    Path(out).write_text(json.dumps(acked))
+
+
+def _merge(item):
+    "What a gate's merge does: confirm, and keep the task that produced the duplicate."
+    return item.confirm().add_example_query(f"merged task {random.randrange(10**6)}")
+
+
+def _editor(path, target, barrier, out):
+    "Edit the memory while the recorders run: get -> (slow) -> update, and modify (when the store has it)."
+    s = MemoryStore(path)
+    barrier.wait(timeout=120)
+    n = 0
+    for i in range(60):
+        if i % 2 and hasattr(s, "modify"):
+            s.modify(target, _merge)
+        else:
+            m = s.get(target)
+            time.sleep(0.005)  # the gates' read -> judge -> write gap, where increments used to get lost
+            m.description = f"Edited {i} times; applies to flaky page loads."
+            s.update(m)
+        n += 1
+    s.close()
+    Path(out).write_text(json.dumps({"edits": n}))
+
+
+def test_no_counter_increment_is_lost_to_concurrent_updates(tmp_path):
+    db, n_rec = tmp_path / "m.db", 4
+    with MemoryStore(db) as s:
+        target = s.add(MemoryItem("Retry a timed-out page load", "Flaky pages.", "1. Wait\n2. Reload once")).id
+    barrier = CTX.Barrier(n_rec + 1)
+    outs = [tmp_path / f"r{w}.json" for w in range(n_rec)]
+    procs = [CTX.Process(target=_recorder, args=(str(db), target, w, barrier, str(outs[w]))) for w in range(n_rec)]
+    procs.append(CTX.Process(target=_editor, args=(str(db), target, barrier, str(tmp_path / "e.json"))))
+    _run(procs)
+    acked = [json.loads(o.read_text()) for o in outs]
+    assert json.loads((tmp_path / "e.json").read_text())["edits"] == 60
+    with MemoryStore(db) as s:
+        m = s.get(target)
+        outcomes = sum(a["outcomes"] for a in acked)
+        successes = sum(a["successes"] for a in acked)
+        got = (m.use_count, m.success_count, m.failure_count, m.access_count)
+        want = (outcomes, successes, outcomes - successes, sum(a["accesses"] for a in acked))
+        assert got == want, f"counters (use, success, failure, access) {got} != acknowledged calls {want}"
+        assert m.description == "Edited 58 times; applies to flaky page loads."  # the edits landed too
+        assert len(s.events(kind="outcome")) == outcomes and s.check() == []
