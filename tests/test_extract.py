@@ -129,7 +129,7 @@ def steps_of(item: MemoryItem) -> list[str]:
 # ---------------------------------------------------------------------------------------------------------
 # Offline: rule-based workflow induction on real trajectories
 
-@pytest.mark.skipif(not REFLEXION_LOG.exists(), reason="shared Reflexion log not found")
+@pytest.mark.skipif(not REFLEXION_LOG.exists(), reason=f"shared data file not found: {REFLEXION_LOG}")
 def test_offline_on_the_whole_reflexion_log():
     runs = from_reflexion_log(REFLEXION_LOG)
     n_success_items = n_failure_items = 0
@@ -247,7 +247,7 @@ def test_contrastive_offline():
     assert c.provenance["trajectory_ids"] == ["g1", "g2", "g3"] and c.provenance["judge"] == "ground-truth"
 
 
-@pytest.mark.skipif(not REFLEXION_LOG.exists(), reason="shared Reflexion log not found")
+@pytest.mark.skipif(not REFLEXION_LOG.exists(), reason=f"shared data file not found: {REFLEXION_LOG}")
 def test_contrastive_on_reflexion_questions_with_both_outcomes():
     by_task = defaultdict(list)
     for t in from_reflexion_log(REFLEXION_LOG): by_task[" ".join(t.task.casefold().split())].append(t)
