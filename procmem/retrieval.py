@@ -82,7 +82,7 @@ def _check_args(task, k, source_type):
     if bad:
         raise ValueError(f"unknown source_type {sorted(bad)}; use one of {', '.join(SOURCE_TYPES)}")
 
-# %% ../nbs/04_retrieval.ipynb #dc428d31
+# %% ../nbs/04_retrieval.ipynb #c82897c8
 def _relevant_hits(store: MemoryStore, hits: list, task: str, k: int, floor: float) -> list:
     "The first `k` `(item, relevance)` of `hits` whose relevance is at least `floor`."
     idf = _idf_lookup(store._index())
@@ -99,7 +99,7 @@ def _relevant_hits(store: MemoryStore, hits: list, task: str, k: int, floor: flo
 
 
 def retrieve_memories(store: MemoryStore, task: str, k: int = 3, domain=None, source_type=None,
-                      min_relevance: float = DEFAULT_MIN_RELEVANCE,  # see hit_relevance; 0 keeps all
+                      min_relevance: float = DEFAULT_MIN_RELEVANCE,  # hit_relevance floor; 0: all
                       record: bool = True,  # count the access of what is returned
                       with_scores: bool = False,  # return (item, relevance) pairs
                       candidates: int = DEFAULT_CANDIDATES,  # BM25 hits the floor looks at
