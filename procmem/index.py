@@ -106,6 +106,12 @@ def _write_base(path:Path, b, meta:dict):
         os.fsync(f.fileno())
     os.replace(tmp, path)
 
+# %% ../nbs/03_index.ipynb #e7595901
+def _remove_stale_temps(path:Path):
+    "Delete new-index files that a killed writer left; only called under the lock (no writer is active)."
+    for p in path.parent.glob(path.name + ".new-*"):
+        p.unlink(missing_ok=True)
+
 # %% ../nbs/03_index.ipynb #ee581807
 def _parse_base(data:bytes, keywords) -> tuple:
     "(base, meta) from a file's bytes; ValueError/KeyError/TypeError when they are not a whole index file."
@@ -614,7 +620,7 @@ def locked(self:BM25Index):
                 self._flock_depth = 0
                 fcntl.flock(f, fcntl.LOCK_UN)
 
-# %% ../nbs/03_index.ipynb #ae5cb370
+# %% ../nbs/03_index.ipynb #1c52692d
 @patch
 def flush(self:BM25Index, meta:dict|None=None, docs=None, removed=()):
     "Rebuild the base from live documents, the overlay and (bulk) `docs`/`removed`; write it; record `meta`."
@@ -622,6 +628,7 @@ def flush(self:BM25Index, meta:dict|None=None, docs=None, removed=()):
         base = self._merged_base(docs, removed)
         meta = dict(self.meta if meta is None else meta)
         if self.writable:
+            _remove_stale_temps(self.path)
             _write_base(self.path, base, meta)
             self._sig = self._file_sig()
         self._set_base(base, meta)

@@ -131,8 +131,12 @@ def test_store_whose_directory_is_not_writable_keeps_its_index_in_ram(tmp_path, 
         f.unlink()
     import procmem.index as index_module
     real_access = os.access
-    monkeypatch.setattr(index_module.os, "access", lambda p, mode: False if mode == os.W_OK else real_access(p, mode))
-    with MemoryStore(db) as s:
+
+    def no_write(p, mode):
+        return False if mode == os.W_OK else real_access(p, mode)
+
+    with MemoryStore(db) as s:  # opened first: the store's own permission check is not the subject here
+        monkeypatch.setattr(index_module.os, "access", no_write)
         assert s.search("gizmo zq7", k=1)[0][0].id == "id7"
         s.sync_index(flush=True)
     assert not list(tmp_path.glob("m.db-index*"))
