@@ -12,7 +12,7 @@ from .store import MemoryStore
 from .index import BM25Index, bm25_idf, memory_text
 
 # %% auto #0
-__all__ = ['MIN_SHARED_TERMS', 'DEFAULT_MIN_RELEVANCE', 'DEFAULT_CANDIDATES', 'memory_share', 'hit_relevance',
+__all__ = ['MIN_SHARED_TERMS', 'TASK_SIDE_SCALE', 'DEFAULT_MIN_RELEVANCE', 'DEFAULT_CANDIDATES', 'memory_share', 'hit_relevance',
            'retrieve_memories']
 
 # %% ../nbs/04_retrieval.ipynb #6b47c629
@@ -57,10 +57,13 @@ def memory_share(m: MemoryItem, task_terms: set, idf) -> tuple[float, int]:
         return 0.0, 0
     return sum(idf(t) for t in shared) / mass, len(shared)
 
-# %% ../nbs/04_retrieval.ipynb #269ca78b
+# %% ../nbs/04_retrieval.ipynb #9fca150c
+TASK_SIDE_SCALE = 0.85  # the task-side share is divided by this (0.34 of a task counts as 0.4)
+
+
 def hit_relevance(m: MemoryItem, score: float, task_mass: float, task_terms: set, idf) -> float:
     "Relevance of hit `m` (BM25 `score`): the larger of the task-side and memory-side shares."
-    task_side = score / task_mass if task_mass else 0.0
+    task_side = score / task_mass / TASK_SIDE_SCALE if task_mass else 0.0
     share, shared = memory_share(m, task_terms, idf)
     return max(task_side, share if shared >= MIN_SHARED_TERMS else 0.0)
 
