@@ -228,13 +228,13 @@ def test_replace_starts_the_new_text_fresh_and_keeps_the_old_in_lineage(store, p
     "Issue 6 point 13: a replace does not carry the old text's record over to the new text."
     for ok in (True, True, True, True, False):
         store.record_outcome([pack[4].id], ok)
-    store.modify(pack[4].id, lambda m: m.confirm().confirm())
+    for n in range(2):  # learned twice more: the store confirms it (+0.1 confidence each)
+        store.add(dataclasses.replace(copy.deepcopy(pack[4]), id=f"again-{n}"))
     old = store.get(pack[4].id)
     assert (old.use_count, old.success_count, old.failure_count, old.confidence) == (5, 4, 1, 0.3)
     refined = _refined(pack[4])
     r = run_gates(refined, store)
     assert (r.action, r.target.id) == ("replace", pack[4].id), r
-    got = store.get(pack[4].id)
     stored = apply_gate(r, refined, store)
     got = store.get(pack[4].id)
     assert stored == got and got.content == refined.content and got.created_at == pack[4].created_at
