@@ -11,8 +11,15 @@ from pathlib import Path
 import platformdirs
 from . import __version__
 from .core import MemoryItem, MemoryValidationError, SOURCE_TYPES
-from .store import (MemoryStore, StoreError, BadRowWarning, read_memory_file, _suffix_format,
-                           validate_store, repair_store)
+from procmem.store import (
+    MemoryStore,
+    StoreError,
+    BadRowWarning,
+    read_memory_file,
+    _suffix_format,
+    validate_store,
+    repair_store,
+)
 from .retrieval import retrieve_memories
 from .inject import format_memories_for_injection
 from .bootstrap import bootstrap_general_strategies
@@ -26,40 +33,53 @@ __all__ = ['MAX_K', 'DEMO_TASKS', 'COMMANDS', 'UsageError', 'default_store_path'
 
 # %% ../nbs/13_cli.ipynb #806be926
 class UsageError(Exception):
-    "A mistake in the command line or its input: reported as one line with exit status 2; nothing is written."
+    """A mistake in the command line or its input: reported as one line with exit status 2; nothing
+    is written."""
 
 # %% ../nbs/13_cli.ipynb #ff9686a2
 def _one_line(s) -> str:
-    "`str(s)` as one printable line: control and format characters become spaces (lone surrogates U+FFFD), whitespace collapses."
+    """`str(s)` as one printable line: control and format characters become spaces (lone surrogates
+    U+FFFD), whitespace collapses."""
+
     def ch(c):
         cat = unicodedata.category(c)
         return "\ufffd" if cat == "Cs" else " " if cat in ("Cc", "Cf") else c
+
     return " ".join("".join(map(ch, str(s))).split())
 
 # %% ../nbs/13_cli.ipynb #34fdf169
-def _say(kind:str, msg) -> None:
+def _say(kind: str, msg) -> None:
     "Print `procmem: <kind>: <msg>` as one line on stderr."
     print(f"procmem: {kind}: {_one_line(msg)}", file=sys.stderr)
 
 # %% ../nbs/13_cli.ipynb #f67c97a4
 def default_store_path() -> Path:
-    "The store used without --store: $PROCMEM_STORE if set and non-empty, else memories.db in the user data directory."
+    """The store used without --store: $PROCMEM_STORE if set and non-empty, else memories.db in the
+    user data directory."""
     env = os.environ.get("PROCMEM_STORE")
-    return Path(env).expanduser() if env else Path(platformdirs.user_data_dir("procmem")) / "memories.db"
+    return (
+        Path(env).expanduser()
+        if env
+        else Path(platformdirs.user_data_dir("procmem")) / "memories.db"
+    )
 
 # %% ../nbs/13_cli.ipynb #9d94aa15
 def _store_path(path) -> Path:
     "The store path the command line means: `path`, else `default_store_path()`."
     return default_store_path() if path is None else Path(path).expanduser()
 
-def open_store(path=None, # the store file; None: `default_store_path()`
-               create:bool=True, # False: a missing file gives an empty in-memory store
-               readonly:bool=False, # open for reading only (implies create=False)
-              ) -> MemoryStore:
+
+def open_store(
+    path=None,  # the store file; None: `default_store_path()`
+    create: bool = True,  # False: a missing file gives an empty in-memory store
+    readonly: bool = False,  # open for reading only (implies create=False)
+) -> MemoryStore:
     "Open the CLI's store; a directory or an unopenable path raises `UsageError`."
     path = _store_path(path)
     if path.is_dir():
-        raise UsageError(f"store path {path} is a directory; give a file path such as {path/'memories.db'}")
+        raise UsageError(
+            f"store path {path} is a directory; give a file path such as {path/'memories.db'}"
+        )
     if (readonly or not create) and not path.exists():
         return MemoryStore()
     try:
@@ -72,68 +92,145 @@ def open_store(path=None, # the store file; None: `default_store_path()`
 # %% ../nbs/13_cli.ipynb #1bfc83ff
 class _Parser(argparse.ArgumentParser):
     "An `ArgumentParser` whose errors raise `UsageError` instead of printing the usage and exiting."
-    def error(self, message): raise UsageError(message)
+
+    def error(self, message):
+        raise UsageError(message)
 
 # %% ../nbs/13_cli.ipynb #96e67e2c
 MAX_K = 100  # the most results `search` returns
 
-def _count(s:str) -> int:
+
+def _count(s: str) -> int:
     "An option value that must be a non-negative integer."
-    if not re.fullmatch(r"[0-9]{1,15}", s): raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {s!r}")
+    if not re.fullmatch(r"[0-9]{1,15}", s):
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {s!r}")
     return int(s)
 
-def _k(s:str) -> int:
+
+def _k(s: str) -> int:
     "`search -k`: a non-negative integer up to `MAX_K`."
     n = _count(s)
-    if n > MAX_K: raise argparse.ArgumentTypeError(f"must be at most {MAX_K}, got {n}")
+    if n > MAX_K:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_K}, got {n}")
     return n
 
 # %% ../nbs/13_cli.ipynb #87a6b59d
-def _tags(s:str) -> list[str]:
+def _tags(s: str) -> list[str]:
     "Comma-separated tags: stripped, empty ones dropped, duplicates removed, order kept."
     return list(dict.fromkeys(t.strip() for t in s.split(",") if t.strip()))
 
 # %% ../nbs/13_cli.ipynb #9ac90e48
 def build_parser() -> argparse.ArgumentParser:
     "The `procmem` argument parser: a global --store and one subcommand per action."
-    p = _Parser(prog="procmem", description="Procedural memory for LLM agents: add, search and inspect a memory store.",
-                epilog="Exit status: 0 ok, 1 problems found or internal error, 2 usage error (nothing written).")
-    p.add_argument("--store", metavar="PATH", help="the store file (default: $PROCMEM_STORE, else memories.db in the user data directory)")
+    p = _Parser(
+        prog="procmem",
+        description="Procedural memory for LLM agents: add, search and inspect a memory store.",
+        epilog=(
+            "Exit status: 0 ok, 1 problems found or internal error, 2 usage error (nothing"
+            " written)."
+        ),
+    )
+    p.add_argument(
+        "--store",
+        metavar="PATH",
+        help=(
+            "the store file (default: $PROCMEM_STORE, else memories.db in the user data directory)"
+        ),
+    )
     p.add_argument("--version", action="version", version=f"procmem {__version__}")
     late = _Parser(add_help=False)
-    late.add_argument("--store", metavar="PATH", default=argparse.SUPPRESS, help="the store file (same as the global --store)")
+    late.add_argument(
+        "--store",
+        metavar="PATH",
+        default=argparse.SUPPRESS,
+        help="the store file (same as the global --store)",
+    )
     sub = p.add_subparsers(dest="command", metavar="COMMAND", title="commands")
-    def cmd(name, help): return sub.add_parser(name, help=help, description=help, parents=[late])
-    a = cmd("add", "add one memory (an existing one that says the same is confirmed instead); prints its id")
-    a.add_argument("--title"); a.add_argument("--content", help="the procedure, e.g. numbered steps")
-    a.add_argument("--description"); a.add_argument("--tags", type=_tags, metavar="A,B", help="comma-separated tags")
-    a.add_argument("--source-type", choices=SOURCE_TYPES, help="default: success"); a.add_argument("--domain", help="default: general")
+
+    def cmd(name, help):
+        return sub.add_parser(name, help=help, description=help, parents=[late])
+
+    a = cmd(
+        "add",
+        "add one memory (an existing one that says the same is confirmed instead); prints its id",
+    )
+    a.add_argument("--title")
+    a.add_argument("--content", help="the procedure, e.g. numbered steps")
+    a.add_argument("--description")
+    a.add_argument("--tags", type=_tags, metavar="A,B", help="comma-separated tags")
+    a.add_argument("--source-type", choices=SOURCE_TYPES, help="default: success")
+    a.add_argument("--domain", help="default: general")
     a.add_argument("--task-query", help="the task it was learned from")
-    a.add_argument("--json", metavar="FILE", dest="json_file", help="read one memory item (a JSON object) from FILE; - for stdin")
+    a.add_argument(
+        "--json",
+        metavar="FILE",
+        dest="json_file",
+        help="read one memory item (a JSON object) from FILE; - for stdin",
+    )
     s = cmd("search", "show the memories retrieved for a task and the block that would be injected")
     s.add_argument("query", nargs="+", help="the task (several words need no quotes)")
     s.add_argument("-k", "--k", type=_k, default=3, help="at most this many memories (default: 3)")
-    s.add_argument("--domain"); s.add_argument("--source-type", choices=SOURCE_TYPES)
-    s.add_argument("--budget", type=_count, default=1500, help="characters for the injection block (default: 1500)")
+    s.add_argument("--domain")
+    s.add_argument("--source-type", choices=SOURCE_TYPES)
+    s.add_argument(
+        "--budget",
+        type=_count,
+        default=1500,
+        help="characters for the injection block (default: 1500)",
+    )
     s.add_argument("--no-record", action="store_true", help="do not count this search as an access")
     s.add_argument("--json", action="store_true", help="print a JSON object")
     cmd("show", "print one memory as JSON").add_argument("id", help="the exact id")
     l = cmd("list", "one line per memory: id, source type, domain, title")
-    l.add_argument("--limit", type=_count, metavar="N", help="show at most N"); l.add_argument("--json", action="store_true")
-    cmd("stats", "counts by source type and domain, revision, events").add_argument("--json", action="store_true")
+    l.add_argument("--limit", type=_count, metavar="N", help="show at most N")
+    l.add_argument("--json", action="store_true")
+    cmd("stats", "counts by source type and domain, revision, events").add_argument(
+        "--json", action="store_true"
+    )
     e = cmd("export", "write every memory to FILE (.json list or .jsonl)")
     e.add_argument("file")
-    e.add_argument("--force", action="store_true", help="overwrite FILE even if it is not a procmem export")
-    cmd("import", "add the memories of FILE (.json list or .jsonl): all of them or, on any error, none").add_argument("file")
+    e.add_argument(
+        "--force", action="store_true", help="overwrite FILE even if it is not a procmem export"
+    )
+    cmd(
+        "import",
+        "add the memories of FILE (.json list or .jsonl): all of them or, on any error, none",
+    ).add_argument("file")
     cmd("bootstrap", "add the 7 general strategies (again: adds nothing)")
     cmd("validate", "check the store's integrity without changing it; exit 1 if there are problems")
     cmd("repair", "move a damaged store aside and salvage every readable memory into a fresh store")
-    for name, help in (("learn", "learn from trajectories (a file or a folder: generic JSONL or any supported format): judge, extract, gate, store"),
-                       ("demo", "the main job on embedded defaults: learn from bundled sample trajectories into a fresh store, then show what new tasks get")):
+    for name, help in (
+        (
+            "learn",
+            (
+                "learn from trajectories (a file or a folder: generic JSONL or any supported"
+                " format): judge, extract, gate, store"
+            ),
+        ),
+        (
+            "demo",
+            (
+                "the main job on embedded defaults: learn from bundled sample trajectories into a"
+                " fresh store, then show what new tasks get"
+            ),
+        ),
+    ):
         c = cmd(name, help)
-        if name == "learn": c.add_argument("path", help="a trajectory file or a folder of them")
-        c.add_argument("--llm", choices=("offline", "claude"), default="offline", help="judge and extractor: offline rules (default) or Claude")
-        c.add_argument("--model", help=f"the Claude model for --llm claude (default: $PROCMEM_MODEL, else {resolve_model()})")
+        if name == "learn":
+            c.add_argument("path", help="a trajectory file or a folder of them")
+        c.add_argument(
+            "--llm",
+            choices=("offline", "claude"),
+            default="offline",
+            help="judge and extractor: offline rules (default) or Claude",
+        )
+        c.add_argument(
+            "--model",
+            help=(
+                "the Claude model for --llm claude (default: $PROCMEM_MODEL, else"
+                f" {resolve_model()})"
+            ),
+        )
         c.add_argument("--json", action="store_true", help="print a JSON summary")
     return p
 
@@ -142,34 +239,53 @@ def _print_json(obj) -> None:
     "Print `obj` as indented JSON (UTF-8 text, keys in their given order)."
     print(json.dumps(obj, indent=2, ensure_ascii=False))
 
-def _plural(n:int, one:str, many:str|None=None) -> str:
+
+def _plural(n: int, one: str, many: str | None = None) -> str:
     "`n` with the singular or plural noun."
     return f"{n} {one if n == 1 else many or one + 's'}"
 
 # %% ../nbs/13_cli.ipynb #a11d7e4d
 _ADD_FIELDS = ("title", "content", "description", "tags", "source_type", "domain", "task_query")
 
-def _read_json_item(file:str) -> MemoryItem:
+
+def _read_json_item(file: str) -> MemoryItem:
     "The one memory item in JSON file `file` ('-': stdin), validated; raises `UsageError`."
-    try: text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
-    except OSError as e: raise UsageError(f"cannot read {file}: {e.strerror or e}") from None
-    except UnicodeDecodeError as e: raise UsageError(f"cannot read {file}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    try: d = json.loads(text)
-    except json.JSONDecodeError as e: raise UsageError(f"{file}: not valid JSON ({e})") from None
+    try:
+        text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"cannot read {file}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(
+            f"cannot read {file}: not UTF-8 text ({e.reason} at byte {e.start})"
+        ) from None
+    try:
+        d = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{file}: not valid JSON ({e})") from None
     if not isinstance(d, dict):
-        raise UsageError(f"{file}: expected one JSON object (a memory item), got a JSON {type(d).__name__}"
-                         + ("; use `procmem import` for a list of items" if isinstance(d, list) else ""))
-    try: return MemoryItem.from_dict(d)
-    except (MemoryValidationError, TypeError) as e: raise UsageError(f"{file}: {e}") from None
+        raise UsageError(
+            f"{file}: expected one JSON object (a memory item), got a JSON {type(d).__name__}"
+            + ("; use `procmem import` for a list of items" if isinstance(d, list) else "")
+        )
+    try:
+        return MemoryItem.from_dict(d)
+    except (MemoryValidationError, TypeError) as e:
+        raise UsageError(f"{file}: {e}") from None
 
 # %% ../nbs/13_cli.ipynb #d1c4ad80
 def _item_from_args(args) -> MemoryItem:
-    "The memory `add` was asked to store, validated; raises `UsageError` or `MemoryValidationError`."
+    """The memory `add` was asked to store, validated; raises `UsageError` or
+    `MemoryValidationError`."""
     given = [f for f in _ADD_FIELDS if getattr(args, f) is not None]
     if args.json_file is not None:
-        if given: raise UsageError(f"--json cannot be combined with {', '.join('--' + f.replace('_', '-') for f in given)}")
+        if given:
+            raise UsageError(
+                "--json cannot be combined with"
+                f" {', '.join('--' + f.replace('_', '-') for f in given)}"
+            )
         return _read_json_item(args.json_file)
-    if args.title is None or args.content is None: raise UsageError("add needs --title and --content (or --json FILE)")
+    if args.title is None or args.content is None:
+        raise UsageError("add needs --title and --content (or --json FILE)")
     return MemoryItem(**{f: getattr(args, f) for f in given})
 
 # %% ../nbs/13_cli.ipynb #9ca66ada
@@ -179,33 +295,54 @@ def _cmd_add(args) -> int:
     with open_store(args.store) as store:
         existed = item.id in store
         stored = store.add(item)
-    if stored.id != item.id: print(f"confirmed existing memory {stored.id}")
-    elif existed: print(f"already stored, unchanged: {stored.id}")
-    else: print(stored.id)
+    if stored.id != item.id:
+        print(f"confirmed existing memory {stored.id}")
+    elif existed:
+        print(f"already stored, unchanged: {stored.id}")
+    else:
+        print(stored.id)
     return 0
 
 # %% ../nbs/13_cli.ipynb #f2d2c42e
-def _writable_store(path:Path) -> bool:
+def _writable_store(path: Path) -> bool:
     "Whether this user may write the store file at `path` and create files next to it."
     return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
 
 # %% ../nbs/13_cli.ipynb #cbe3a32a
 def _cmd_search(args) -> int:
-    "`procmem search`: the retrieved memories, numbered, then the injection block; or one JSON object."
+    """`procmem search`: the retrieved memories, numbered, then the injection block; or one JSON
+    object."""
     query = " ".join(args.query)
-    if not query.strip(): raise UsageError("search needs a non-empty query")
+    if not query.strip():
+        raise UsageError("search needs a non-empty query")
     path = _store_path(args.store)
     with open_store(path, readonly=not _writable_store(path)) as store:
-        mems = retrieve_memories(store, query, k=args.k, domain=args.domain,
-                                 source_type=args.source_type, record=not args.no_record)
+        mems = retrieve_memories(
+            store,
+            query,
+            k=args.k,
+            domain=args.domain,
+            source_type=args.source_type,
+            record=not args.no_record,
+        )
     block = format_memories_for_injection(mems, budget_chars=args.budget)
-    if args.json: _print_json(dict(query=query, memories=[m.to_dict() for m in mems], injection=block))
-    elif not mems: print("No relevant memories.")
+    if args.json:
+        _print_json(dict(query=query, memories=[m.to_dict() for m in mems], injection=block))
+    elif not mems:
+        print("No relevant memories.")
     else:
-        for i, m in enumerate(mems, 1): print(f"{i}. {m.id}  {_one_line(m.title)}")
-        shown = sum(l.startswith("### ") for l in block.split("\n"))  # item headings; memory text cannot start a line with '#'
-        if shown < len(mems): print(f"({shown} of {len(mems)} fit in the injection budget of {args.budget} characters)")
-        if block: print(); print(block)
+        for i, m in enumerate(mems, 1):
+            print(f"{i}. {m.id}  {_one_line(m.title)}")
+        shown = sum(
+            l.startswith("### ") for l in block.split("\n")
+        )  # item headings; memory text cannot start a line with '#'
+        if shown < len(mems):
+            print(
+                f"({shown} of {len(mems)} fit in the injection budget of {args.budget} characters)"
+            )
+        if block:
+            print()
+            print(block)
     return 0
 
 # %% ../nbs/13_cli.ipynb #9336d8e7
@@ -222,36 +359,56 @@ def _cmd_list(args) -> int:
     with open_store(args.store, readonly=True) as store:
         items = list(islice(store, args.limit))
         total = len(store) - len(store.bad_rows)
-    if args.json: _print_json([m.to_dict() for m in items]); return 0
-    if not total: print("No memories."); return 0
-    rows = [(_one_line(m.id), m.source_type, _one_line(m.domain), _one_line(m.title)) for m in items]
+    if args.json:
+        _print_json([m.to_dict() for m in items])
+        return 0
+    if not total:
+        print("No memories.")
+        return 0
+    rows = [
+        (_one_line(m.id), m.source_type, _one_line(m.domain), _one_line(m.title)) for m in items
+    ]
     w = [max((len(r[i]) for r in rows), default=0) for i in range(3)]
-    for r in rows: print(f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  {r[3]}")
-    if len(items) < total: print(f"({len(items)} of {_plural(total, 'memory', 'memories')} shown; raise --limit to see more)")
+    for r in rows:
+        print(f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  {r[3]}")
+    if len(items) < total:
+        print(
+            f"({len(items)} of {_plural(total, 'memory', 'memories')} shown; raise --limit to see"
+            " more)"
+        )
     return 0
 
 # %% ../nbs/13_cli.ipynb #553537d8
-def store_stats(store:MemoryStore, path) -> dict:
-    "The absolute `path`, whether it exists, counts by source type (all of them) and domain (most first), revision and event count."
+def store_stats(store: MemoryStore, path) -> dict:
+    """The absolute `path`, whether it exists, counts by source type (all of them) and domain (most
+    first), revision and event count."""
     items = list(store)
     by_domain = Counter(m.domain for m in items)
     st = Counter(m.source_type for m in items)
-    return dict(store=str(Path(path).absolute()), exists=Path(path).exists(), count=len(items),
-                by_source_type={t: st[t] for t in SOURCE_TYPES},
-                by_domain=dict(sorted(by_domain.items(), key=lambda kv: (-kv[1], kv[0]))),
-                revision=store.rev, events=len(store.events()))
+    return dict(
+        store=str(Path(path).absolute()),
+        exists=Path(path).exists(),
+        count=len(items),
+        by_source_type={t: st[t] for t in SOURCE_TYPES},
+        by_domain=dict(sorted(by_domain.items(), key=lambda kv: (-kv[1], kv[0]))),
+        revision=store.rev,
+        events=len(store.events()),
+    )
 
 # %% ../nbs/13_cli.ipynb #329e6bf8
-def _counts(d:dict) -> str:
+def _counts(d: dict) -> str:
     "`key n, key n` (text made one-line), or '-' for none."
     return ", ".join(f"{_one_line(k)} {v}" for k, v in d.items()) or "-"
+
 
 def _cmd_stats(args) -> int:
     "`procmem stats`: what the store holds, as lines or a JSON object."
     path = default_store_path() if args.store is None else Path(args.store).expanduser()
     with open_store(path, readonly=True) as store:
         st = store_stats(store, path)
-    if args.json: _print_json(st); return 0
+    if args.json:
+        _print_json(st)
+        return 0
     print(f"store: {_one_line(st['store'])}{'' if st['exists'] else ' (not created yet)'}")
     print(f"memories: {st['count']}")
     print(f"by source_type: {_counts(st['by_source_type'])}")
@@ -266,11 +423,15 @@ def _cmd_export(args) -> int:
     out = Path(args.file)
     _suffix_format(out)
     store_path = _store_path(args.store)
-    if out.resolve() == store_path.resolve(): raise UsageError(f"{out} is the store itself; export to another file")
-    if out.is_dir(): raise UsageError(f"cannot write {out}: it is a directory")
+    if out.resolve() == store_path.resolve():
+        raise UsageError(f"{out} is the store itself; export to another file")
+    if out.is_dir():
+        raise UsageError(f"cannot write {out}: it is a directory")
     with open_store(store_path, readonly=True) as store:
-        try: n = store.export(out, force=args.force)
-        except OSError as e: raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
+        try:
+            n = store.export(out, force=args.force)
+        except OSError as e:
+            raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
     print(f"exported {_plural(n, 'memory', 'memories')} to {_one_line(out)}")
     return 0
 
@@ -278,30 +439,39 @@ def _cmd_export(args) -> int:
 def _cmd_import(args) -> int:
     "`procmem import FILE`: add every memory of FILE, or none; print added/confirmed/unchanged."
     items = read_memory_file(args.file)  # parses and validates all of it before the store is opened
-    with open_store(args.store) as store: c = store.add_many(items)
+    with open_store(args.store) as store:
+        c = store.add_many(items)
     print(f"added {c['added']}, confirmed {c['confirmed']}, unchanged {c['unchanged']}")
     return 0
 
 # %% ../nbs/13_cli.ipynb #f3f6dc76
-def _bootstrap_message(c:dict, n:int) -> str:
+def _bootstrap_message(c: dict, n: int) -> str:
     "What `bootstrap` did, from `add_many`'s counts."
     if not c["added"]:
-        if not c["confirmed"]: return f"nothing added: all {n} general strategies are already stored"
-        return f"nothing added: {c['unchanged']} general strategies already stored, {c['confirmed']} confirmed existing memories"
-    rest = [f"{c['unchanged']} already stored"] * bool(c["unchanged"]) + [f"{c['confirmed']} confirmed existing memories"] * bool(c["confirmed"])
+        if not c["confirmed"]:
+            return f"nothing added: all {n} general strategies are already stored"
+        return (
+            f"nothing added: {c['unchanged']} general strategies already stored, {c['confirmed']}"
+            " confirmed existing memories"
+        )
+    rest = [f"{c['unchanged']} already stored"] * bool(c["unchanged"]) + [
+        f"{c['confirmed']} confirmed existing memories"
+    ] * bool(c["confirmed"])
     return f"added {c['added']} general strategies" + (f" ({', '.join(rest)})" if rest else "")
 
 # %% ../nbs/13_cli.ipynb #1931e0bb
 def _cmd_bootstrap(args) -> int:
     "`procmem bootstrap`: add the 7 general strategies in one transaction."
     items = bootstrap_general_strategies()
-    with open_store(args.store) as store: c = store.add_many(items)
+    with open_store(args.store) as store:
+        c = store.add_many(items)
     print(_bootstrap_message(c, len(items)))
     return 0
 
 # %% ../nbs/13_cli.ipynb #4dbe94e4
 def _cmd_validate(args) -> int:
-    "`procmem validate`: what was checked and 'ok' (exit 0), or each problem (exit 1); never writes."
+    """`procmem validate`: what was checked and 'ok' (exit 0), or each problem (exit 1); never
+    writes."""
     r = validate_store(_store_path(args.store))
     if r["ok"]:
         print(f"ok: {_one_line(r['path'])}")
@@ -311,8 +481,11 @@ def _cmd_validate(args) -> int:
         return 0
     for p in r["problems"]:
         print(_one_line(p))
-    _say("error", f"the store has {_plural(len(r['problems']), 'problem')}; it was not changed "
-         "(`procmem repair` moves it aside and salvages every readable memory)")
+    _say(
+        "error",
+        f"the store has {_plural(len(r['problems']), 'problem')}; it was not changed "
+        "(`procmem repair` moves it aside and salvages every readable memory)",
+    )
     return 1
 
 # %% ../nbs/13_cli.ipynb #5c245a15
@@ -320,126 +493,234 @@ def _cmd_repair(args) -> int:
     "`procmem repair`: salvage a damaged store and report the counts."
     r = repair_store(_store_path(args.store))
     if not r["repaired"]:
-        print(f"the store is healthy ({_plural(r['salvaged'], 'memory', 'memories')}); nothing was changed")
+        print(
+            f"the store is healthy ({_plural(r['salvaged'], 'memory', 'memories')}); nothing was"
+            " changed"
+        )
         return 0
     print(f"moved the damaged store aside to {_one_line(r['moved_to'])}")
-    print(f"salvaged {_plural(r['salvaged'], 'memory', 'memories')} into a fresh store at {_one_line(r['path'])}")
+    print(
+        f"salvaged {_plural(r['salvaged'], 'memory', 'memories')} into a fresh store at"
+        f" {_one_line(r['path'])}"
+    )
     bad = r["unreadable"]
-    print(f"unreadable rows: {len(bad)}" + (f" ({', '.join(map(_one_line, bad[:10]))})" if bad else ""))
+    print(
+        f"unreadable rows: {len(bad)}"
+        + (f" ({', '.join(map(_one_line, bad[:10]))})" if bad else "")
+    )
     if r["partial"]:
-        print("some pages could not be read: rows stored on them are lost; the moved file keeps them")
+        print(
+            "some pages could not be read: rows stored on them are lost; the moved file keeps them"
+        )
     return 0
 
 # %% ../nbs/13_cli.ipynb #5e570efb
 def _llm_from_args(args):
     "The judge/extractor backend the command line asks for: None (offline) or an `AnthropicLLM`."
     if args.llm == "offline":
-        if args.model: raise UsageError("--model applies to --llm claude only")
+        if args.model:
+            raise UsageError("--model applies to --llm claude only")
         return None
     if not (os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")):
-        raise UsageError("--llm claude needs ANTHROPIC_API_KEY in the environment (or use --llm offline)")
+        raise UsageError(
+            "--llm claude needs ANTHROPIC_API_KEY in the environment (or use --llm offline)"
+        )
     return AnthropicLLM(model=args.model)
 
 # %% ../nbs/13_cli.ipynb #1496131b
 def learn_summary(results) -> dict:
     "Totals over `LearnResult`s: verdicts, gate actions, top rejection reasons, tokens and cost."
-    verdicts = Counter("extrinsic" if r.judgment.failure_class == "extrinsic" else "success" if r.judgment.is_success else "failure" for r in results)
+    verdicts = Counter(
+        (
+            "extrinsic"
+            if r.judgment.failure_class == "extrinsic"
+            else "success" if r.judgment.is_success else "failure"
+        )
+        for r in results
+    )
     actions = Counter(d.action for r in results for d in r.decisions)
-    reasons = Counter(re.sub(r"'[^']*'|\"[^\"]*\"|[0-9.]+", "…", d.reasons[0]) for r in results for d in r.decisions if d.action == "reject" and d.reasons)
+    reasons = Counter(
+        re.sub(r"'[^']*'|\"[^\"]*\"|[0-9.]+", "…", d.reasons[0])
+        for r in results
+        for d in r.decisions
+        if d.action == "reject" and d.reasons
+    )
     costs = [r.usage.cost_usd for r in results]
-    return dict(trajectories=len(results), successes=verdicts["success"], failures=verdicts["failure"], extrinsic=verdicts["extrinsic"],
-                candidates=sum(len(r.candidates) for r in results), **{a: actions[a] for a in ("add", "merge", "replace", "skip", "reject")},
-                reject_reasons=dict(reasons.most_common(5)), input_tokens=sum(r.usage.input_tokens for r in results),
-                output_tokens=sum(r.usage.output_tokens for r in results), cost_usd=None if None in costs else round(sum(costs), 6))
+    return dict(
+        trajectories=len(results),
+        successes=verdicts["success"],
+        failures=verdicts["failure"],
+        extrinsic=verdicts["extrinsic"],
+        candidates=sum(len(r.candidates) for r in results),
+        **{a: actions[a] for a in ("add", "merge", "replace", "skip", "reject")},
+        reject_reasons=dict(reasons.most_common(5)),
+        input_tokens=sum(r.usage.input_tokens for r in results),
+        output_tokens=sum(r.usage.output_tokens for r in results),
+        cost_usd=None if None in costs else round(sum(costs), 6)
+    )
 
 # %% ../nbs/13_cli.ipynb #863c62cd
-def _print_learn(results, summary:dict) -> None:
+def _print_learn(results, summary: dict) -> None:
     "A table of trajectories (verdict, judge, gate actions) and the summary lines."
     print(f"{'trajectory':<24} {'verdict':<8} {'class':<10} {'judge':<22} add merge repl skip rej")
     for r in results:
         row = r.summary()
-        print(f"{_one_line(row['trajectory_id'])[:24]:<24} {row['verdict']:<8} {row['failure_class'] or '-':<10} {row['judge'][:22]:<22} "
-              f"{row['added']:>3} {row['merged']:>5} {row['replaced']:>4} {row['skipped']:>4} {row['rejected']:>3}")
+        print(
+            f"{_one_line(row['trajectory_id'])[:24]:<24} {row['verdict']:<8}"
+            f" {row['failure_class'] or '-':<10} {row['judge'][:22]:<22} {row['added']:>3}"
+            f" {row['merged']:>5} {row['replaced']:>4} {row['skipped']:>4} {row['rejected']:>3}"
+        )
     s = summary
-    print(f"\njudged {s['successes']} successes, {s['failures']} failures, {s['extrinsic']} extrinsic (no lesson drawn)")
-    print(f"memories: {s['add']} added, {s['merge']} merged, {s['replace']} replaced, {s['skip']} skipped, {s['reject']} rejected "
-          f"(of {s['candidates']} candidates)")
-    for reason, n in s["reject_reasons"].items(): print(f"  rejected {n}x: {_one_line(reason)}")
+    print(
+        f"\njudged {s['successes']} successes, {s['failures']} failures, {s['extrinsic']} extrinsic"
+        " (no lesson drawn)"
+    )
+    print(
+        f"memories: {s['add']} added, {s['merge']} merged, {s['replace']} replaced, {s['skip']}"
+        f" skipped, {s['reject']} rejected (of {s['candidates']} candidates)"
+    )
+    for reason, n in s["reject_reasons"].items():
+        print(f"  rejected {n}x: {_one_line(reason)}")
     cost = "n/a" if s["cost_usd"] is None else f"${s['cost_usd']:.4f}"
     print(f"tokens: {s['input_tokens']} in, {s['output_tokens']} out; cost {cost}")
 
 # %% ../nbs/13_cli.ipynb #30e70be0
-def _learn_all(trajectories, store:MemoryStore, llm) -> list:
+def _learn_all(trajectories, store: MemoryStore, llm) -> list:
     "Learn from each trajectory, with a progress bar on stderr when it is a terminal."
     from tqdm import tqdm
-    return [learn_from_trajectory(t, store, llm=llm) for t in tqdm(trajectories, desc="learning", unit="trajectory", file=sys.stderr, disable=None)]
+
+    return [
+        learn_from_trajectory(t, store, llm=llm)
+        for t in tqdm(
+            trajectories, desc="learning", unit="trajectory", file=sys.stderr, disable=None
+        )
+    ]
 
 # %% ../nbs/13_cli.ipynb #a4d54616
 def _cmd_learn(args) -> int:
-    "`procmem learn PATH`: read every trajectory first (a bad file changes nothing), then judge, extract, gate and store."
+    """`procmem learn PATH`: read every trajectory first (a bad file changes nothing), then judge,
+    extract, gate and store."""
     path = Path(args.path).expanduser()
-    if not path.exists(): raise UsageError(f"{path}: no such file or directory")
-    try: trajectories = read_trajectories(path)
-    except (TrajectoryError, OSError, ValueError) as e: raise UsageError(str(e)) from None
-    if not trajectories: raise UsageError(f"{path}: no trajectories found")
+    if not path.exists():
+        raise UsageError(f"{path}: no such file or directory")
+    try:
+        trajectories = read_trajectories(path)
+    except (TrajectoryError, OSError, ValueError) as e:
+        raise UsageError(str(e)) from None
+    if not trajectories:
+        raise UsageError(f"{path}: no trajectories found")
     llm = _llm_from_args(args)
-    with open_store(args.store) as store: results = _learn_all(trajectories, store, llm)
+    with open_store(args.store) as store:
+        results = _learn_all(trajectories, store, llm)
     summary = learn_summary(results)
-    if args.json: _print_json(dict(summary, results=[r.summary() for r in results]))
-    else: _print_learn(results, summary)
+    if args.json:
+        _print_json(dict(summary, results=[r.summary() for r in results]))
+    else:
+        _print_learn(results, summary)
     return 0
 
 # %% ../nbs/13_cli.ipynb #0ab6ad23
-DEMO_TASKS = ("Which subclasses does the class Animal have?", "Buy the cheapest pack of AAA batteries with at least 4 batteries",
-              "Fix the failing test in tests/test_parser.py", "Make the docs build pass")
+DEMO_TASKS = (
+    "Which subclasses does the class Animal have?",
+    "Buy the cheapest pack of AAA batteries with at least 4 batteries",
+    "Fix the failing test in tests/test_parser.py",
+    "Make the docs build pass",
+)
 
 # %% ../nbs/13_cli.ipynb #d04fa7f6
 def _cmd_demo(args) -> int:
-    "`procmem demo`: learn from the bundled trajectories, then show retrieval and injection for new tasks."
+    """`procmem demo`: learn from the bundled trajectories, then show retrieval and injection for
+    new tasks."""
     import tempfile, time
+
     t0, llm = time.perf_counter(), _llm_from_args(args)
     store_path = args.store or Path(tempfile.mkdtemp(prefix="procmem-demo-")) / "memories.db"
     trajectories = demo_trajectories()
     with open_store(store_path) as store:
-        if not args.json: print(f"procmem demo: learning from {len(trajectories)} bundled trajectories ({'offline judge and extractor' if llm is None else 'Claude ' + llm.model})\n")
+        if not args.json:
+            print(
+                f"procmem demo: learning from {len(trajectories)} bundled trajectories"
+                f" ({'offline judge and extractor' if llm is None else 'Claude ' + llm.model})\n"
+            )
         results = _learn_all(trajectories, store, llm)
         summary = learn_summary(results)
         shown = []
         for task in DEMO_TASKS:
             mems = retrieve_memories(store, task, k=3, with_scores=True, record=False)
-            shown.append(dict(task=task, memories=[dict(id=m.id, title=m.title, source_type=m.source_type, relevance=round(r, 3)) for m, r in mems],
-                              injection=format_memories_for_injection([m for m, _ in mems])))
+            shown.append(
+                dict(
+                    task=task,
+                    memories=[
+                        dict(
+                            id=m.id, title=m.title, source_type=m.source_type, relevance=round(r, 3)
+                        )
+                        for m, r in mems
+                    ],
+                    injection=format_memories_for_injection([m for m, _ in mems]),
+                )
+            )
         n = len(store)
     if args.json:
-        _print_json(dict(store=str(store_path), memories=n, learning=summary, tasks=shown)); return 0
+        _print_json(dict(store=str(store_path), memories=n, learning=summary, tasks=shown))
+        return 0
     _print_learn(results, summary)
     for i, t in enumerate(shown, 1):
         print(f"\n=== new task {i}: {t['task']}")
-        if not t["memories"]: print("No relevant memories."); continue
-        for j, m in enumerate(t["memories"], 1): print(f"{j}. [{m['source_type']}] {_one_line(m['title'])}  (relevance {m['relevance']:.2f})")
+        if not t["memories"]:
+            print("No relevant memories.")
+            continue
+        for j, m in enumerate(t["memories"], 1):
+            print(
+                f"{j}. [{m['source_type']}] {_one_line(m['title'])}  (relevance"
+                f" {m['relevance']:.2f})"
+            )
         print(f"\ninjected block ({len(t['injection'])} characters):\n{t['injection']}")
-    print(f"\nstore: {store_path} ({_plural(n, 'memory', 'memories')}); {time.perf_counter() - t0:.1f} s")
+    print(
+        f"\nstore: {store_path} ({_plural(n, 'memory', 'memories')});"
+        f" {time.perf_counter() - t0:.1f} s"
+    )
     return 0
 
 # %% ../nbs/13_cli.ipynb #80e65f04
-COMMANDS = dict(add=_cmd_add, search=_cmd_search, show=_cmd_show, list=_cmd_list, stats=_cmd_stats,
-                export=_cmd_export, bootstrap=_cmd_bootstrap, validate=_cmd_validate, repair=_cmd_repair,
-                learn=_cmd_learn, demo=_cmd_demo, **{"import": _cmd_import})
+COMMANDS = dict(
+    add=_cmd_add,
+    search=_cmd_search,
+    show=_cmd_show,
+    list=_cmd_list,
+    stats=_cmd_stats,
+    export=_cmd_export,
+    bootstrap=_cmd_bootstrap,
+    validate=_cmd_validate,
+    repair=_cmd_repair,
+    learn=_cmd_learn,
+    demo=_cmd_demo,
+    **{"import": _cmd_import},
+)
+
 
 def _check_text_args(args) -> None:
     "Raise `UsageError` if a text argument (not a path) holds bytes that are not UTF-8."
     for k, v in vars(args).items():
-        if k in ("store", "file", "json_file", "path"): continue
+        if k in ("store", "file", "json_file", "path"):
+            continue
         for s in v if isinstance(v, list) else [v]:
             if isinstance(s, str):
-                try: s.encode("utf-8")
-                except UnicodeEncodeError: raise UsageError(f"{'--' + k.replace('_', '-') if k not in ('query', 'id') else k} is not valid UTF-8 text") from None
+                try:
+                    s.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise UsageError(
+                        f"{'--' + k.replace('_', '-') if k not in ('query', 'id') else k} is not"
+                        " valid UTF-8 text"
+                    ) from None
 
 # %% ../nbs/13_cli.ipynb #b2b3839e
 def _quiet_broken_pipe() -> int:
-    "After the reader of stdout went away: point stdout at /dev/null so the exit flush stays silent."
-    try: os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError, io.UnsupportedOperation): pass
+    """After the reader of stdout went away: point stdout at /dev/null so the exit flush stays
+    silent."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass
     return 1
 
 # %% ../nbs/13_cli.ipynb #87774f72
@@ -450,15 +731,21 @@ def _say_warnings(caught) -> None:
         _say("warning", msg)
     if bad:
         ids = [str(w.message).split("'")[1] for w in bad if "'" in str(w.message)]
-        _say("warning", f"skipped {_plural(len(bad), 'unreadable memory', 'unreadable memories')} "
-             f"({', '.join(ids[:10])}{', ...' if len(ids) > 10 else ''}); `procmem validate` lists them")
+        _say(
+            "warning",
+            f"skipped {_plural(len(bad), 'unreadable memory', 'unreadable memories')}"
+            f" ({', '.join(ids[:10])}{', ...' if len(ids) > 10 else ''}); `procmem validate` lists"
+            " them",
+        )
 
 # %% ../nbs/13_cli.ipynb #7127070d
 def _run(argv) -> int:
     "Parse `argv` and run the command, its warnings printed as one line each."
     args = build_parser().parse_args(argv)
     if args.command is None:
-        raise UsageError(f"missing command; use one of {', '.join(sorted(COMMANDS))} (procmem --help)")
+        raise UsageError(
+            f"missing command; use one of {', '.join(sorted(COMMANDS))} (procmem --help)"
+        )
     _check_text_args(args)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -471,7 +758,8 @@ def _run(argv) -> int:
 
 # %% ../nbs/13_cli.ipynb #48f7e098
 def main(argv=None) -> int:
-    "Run `procmem` with `argv` (default: the command line); return 0 ok, 1 problems or internal error, 2 usage error."
+    """Run `procmem` with `argv` (default: the command line); return 0 ok, 1 problems or internal
+    error, 2 usage error."""
     try:
         return _run(argv)
     except SystemExit as e:  # --help, --version
@@ -480,8 +768,11 @@ def main(argv=None) -> int:
         _say("error", e)
         return 2
     except sqlite3.DatabaseError as e:
-        _say("error", f"the store could not be read ({e}); `procmem validate` lists its problems, "
-             "`procmem repair` salvages what can be read")
+        _say(
+            "error",
+            f"the store could not be read ({e}); `procmem validate` lists its problems, "
+            "`procmem repair` salvages what can be read",
+        )
         return 1
     except BrokenPipeError:
         return _quiet_broken_pipe()
@@ -495,4 +786,5 @@ def main(argv=None) -> int:
 # %% ../nbs/13_cli.ipynb #e45eec5e
 #| eval: false
 # Running `python -m procmem.cli`. Not run in the notebook, where __name__ is also "__main__".
-if __name__ == "__main__": sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())

@@ -16,14 +16,27 @@ __all__ = ['SOURCE_TYPES', 'SCHEMA_VERSION', 'LIMITS', 'MemoryValidationError', 
 # %% ../nbs/00_core.ipynb #ba21135c
 SOURCE_TYPES = ("success", "failure", "seed", "contrastive")  # where a memory came from
 SCHEMA_VERSION = 1
-LIMITS = dict(id=128, title=200, description=1_000, content=8_000, task_query=4_000,
-              tags=20, tag=50, domain=64, session_id=128, provenance=4_000,
-              example_queries=5, lineage=3, lineage_entry=16_000)
+LIMITS = dict(
+    id=128,
+    title=200,
+    description=1_000,
+    content=8_000,
+    task_query=4_000,
+    tags=20,
+    tag=50,
+    domain=64,
+    session_id=128,
+    provenance=4_000,
+    example_queries=5,
+    lineage=3,
+    lineage_entry=16_000,
+)
 
 # %% ../nbs/00_core.ipynb #db325ecb
 class MemoryValidationError(ValueError):
     "A `MemoryItem` field holds a value procmem refuses; `.field` names it."
-    def __init__(self, field_name:str, problem:str):
+
+    def __init__(self, field_name: str, problem: str):
         self.field = field_name
         super().__init__(f"MemoryItem.{field_name}: {problem}")
 
@@ -33,18 +46,18 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 # %% ../nbs/00_core.ipynb #da64448f
-def parse_timestamp(s:str) -> datetime:
+def parse_timestamp(s: str) -> datetime:
     "Parse an ISO-8601 timestamp (a trailing 'Z' allowed); naive times are taken as UTC."
     d = datetime.fromisoformat(s[:-1] + "+00:00" if s.endswith(("Z", "z")) else s)
     return d if d.tzinfo else d.replace(tzinfo=timezone.utc)
 
 # %% ../nbs/00_core.ipynb #8c51ddc7
-def normalize_text(s:str) -> str:
+def normalize_text(s: str) -> str:
     "NFKC, case-fold and collapse whitespace: the canonical form used for fingerprints and scans."
     return " ".join(unicodedata.normalize("NFKC", s).casefold().split())
 
 # %% ../nbs/00_core.ipynb #ac2927c2
-def content_fingerprint(title:str, content:str) -> str:
+def content_fingerprint(title: str, content: str) -> str:
     "A 32-hex-digit hash of the normalised title and content."
     key = f"{normalize_text(title)}\x1f{normalize_text(content)}"
     return hashlib.sha256(key.encode()).hexdigest()[:32]
@@ -53,6 +66,7 @@ def content_fingerprint(title:str, content:str) -> str:
 @dataclass
 class MemoryItem:
     "One procedural memory: a strategy from a success or a pitfall from a failure."
+
     title: str  # one line naming the procedure
     description: str = ""  # when it applies, in a sentence
     content: str = ""  # the procedure: steps or a checklist
@@ -62,27 +76,30 @@ class MemoryItem:
     domain: str = "general"  # the kind of environment (web, ontology, code, ...)
     id: str = field(default_factory=lambda: str(uuid.uuid4()))
     created_at: str = field(default_factory=utc_now)  # ISO-8601 UTC
-    session_id: str|None = None
+    session_id: str | None = None
     access_count: int = 0  # times retrieved
     confidence: float = 0.1  # 0.1 at birth, +0.1 per confirmation, at most 1.0
     use_count: int = 0  # times injected into a task with a judged outcome
     success_count: int = 0
     failure_count: int = 0
-    last_used_at: str|None = None
+    last_used_at: str | None = None
     provenance: dict = field(default_factory=dict)  # trajectory id, judge verdict, model, trust
     example_queries: list = field(default_factory=list)  # other tasks that produced it (merges)
     lineage: list = field(default_factory=list)  # earlier versions of its text (replaces), dicts
     schema_version: int = SCHEMA_VERSION
     extra: dict = field(default_factory=dict)  # unknown keys read from JSON, written back unchanged
 
-    def __post_init__(self): self.validate()
+    def __post_init__(self):
+        self.validate()
 
     @property
-    def fingerprint(self) -> str: return content_fingerprint(self.title, self.content)
+    def fingerprint(self) -> str:
+        return content_fingerprint(self.title, self.content)
 
 # %% ../nbs/00_core.ipynb #a924ae08
 def _check_text(name, v, required=False, nullable=False, limit=None):
-    "Raise unless `v` is a (non-empty if `required`) string within its limit, free of NULs and surrogates."
+    """Raise unless `v` is a (non-empty if `required`) string within its limit, free of NULs and
+    surrogates."""
     if v is None and nullable:
         return
     if not isinstance(v, str):
@@ -100,18 +117,20 @@ def _check_text(name, v, required=False, nullable=False, limit=None):
         msg = "contains a lone surrogate, which is not valid Unicode text"
         raise MemoryValidationError(name, msg) from None
 
+
 def _check_count(name, v):
     "Raise unless `v` is a non-negative int (not a bool)."
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise MemoryValidationError(name, f"must be a non-negative integer, got {v!r}")
 
 # %% ../nbs/00_core.ipynb #d4bd6935
-def _check_list(name, v, limit:int):
+def _check_list(name, v, limit: int):
     "Raise unless `v` is a list of at most `limit` entries."
     if not isinstance(v, list):
         raise MemoryValidationError(name, f"must be a list, got {type(v).__name__}")
     if len(v) > limit:
         raise MemoryValidationError(name, f"has {len(v)} entries; the limit is {limit}")
+
 
 def _check_tags(tags):
     "Raise unless `tags` is a list of short non-empty strings."
@@ -132,7 +151,9 @@ def _check_history(example_queries, lineage):
     _check_list("lineage", lineage, LIMITS["lineage"])
     for e in lineage:
         if not isinstance(e, dict):
-            raise MemoryValidationError("lineage", f"each entry must be a dict, got {type(e).__name__}")
+            raise MemoryValidationError(
+                "lineage", f"each entry must be a dict, got {type(e).__name__}"
+            )
         if len(repr(e)) > LIMITS["lineage_entry"]:
             msg = f"an entry is larger than {LIMITS['lineage_entry']:,} characters"
             raise MemoryValidationError("lineage", msg)
@@ -143,8 +164,14 @@ def _check_numbers(m):
     for name in ("access_count", "use_count", "success_count", "failure_count", "schema_version"):
         _check_count(name, getattr(m, name))
     c = m.confidence
-    if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or not 0 <= c <= 1:
+    if (
+        isinstance(c, bool)
+        or not isinstance(c, (int, float))
+        or not math.isfinite(c)
+        or not 0 <= c <= 1
+    ):
         raise MemoryValidationError("confidence", f"must be a number in [0, 1], got {c!r}")
+
 
 def _check_times(m):
     "Raise unless `created_at` (and `last_used_at` when set) are ISO-8601 timestamps."
@@ -171,7 +198,7 @@ def _check_dicts(m):
 
 # %% ../nbs/00_core.ipynb #da6b15df
 @patch
-def validate(self:MemoryItem) -> MemoryItem:
+def validate(self: MemoryItem) -> MemoryItem:
     "Raise `MemoryValidationError` naming the first bad field; return the item when it is valid."
     _check_text("id", self.id, required=True)
     if any(c.isspace() for c in self.id):
@@ -194,41 +221,46 @@ def validate(self:MemoryItem) -> MemoryItem:
 
 # %% ../nbs/00_core.ipynb #40ee993e
 @patch
-def confirm(self:MemoryItem) -> MemoryItem:
+def confirm(self: MemoryItem) -> MemoryItem:
     "Raise confidence by 0.1 (at most 1.0) because the same memory was learned again."
     self.confidence = min(1.0, round(self.confidence + 0.1, 6))
     return self
 
 # %% ../nbs/00_core.ipynb #4873f556
 @patch
-def add_example_query(self:MemoryItem, query:str) -> MemoryItem:
+def add_example_query(self: MemoryItem, query: str) -> MemoryItem:
     "Append `query` to `example_queries` (moved to the end if present), keeping the last 5."
     if not isinstance(query, str) or not query.strip() or query == self.task_query:
         return self
     _check_text("example_queries", query, limit=LIMITS["task_query"])
     qs = [q for q in self.example_queries if q != query] + [query]
-    self.example_queries = qs[-LIMITS["example_queries"]:]
+    self.example_queries = qs[-LIMITS["example_queries"] :]
     return self
 
 # %% ../nbs/00_core.ipynb #c6004778
 @patch
-def add_lineage(self:MemoryItem, entry:dict) -> MemoryItem:
+def add_lineage(self: MemoryItem, entry: dict) -> MemoryItem:
     "Append `entry` (e.g. the replaced title/content/counters) to `lineage`, keeping the last 3."
     if not isinstance(entry, dict):
-        raise MemoryValidationError("lineage", f"each entry must be a dict, got {type(entry).__name__}")
-    self.lineage = (list(self.lineage) + [dict(entry)])[-LIMITS["lineage"]:]
+        raise MemoryValidationError(
+            "lineage", f"each entry must be a dict, got {type(entry).__name__}"
+        )
+    self.lineage = (list(self.lineage) + [dict(entry)])[-LIMITS["lineage"] :]
     return self.validate()
 
 # %% ../nbs/00_core.ipynb #dc162a4d
 _FIELDS = None
+
+
 def _field_names():
     global _FIELDS
-    if _FIELDS is None: _FIELDS = tuple(f.name for f in fields(MemoryItem) if f.name != "extra")
+    if _FIELDS is None:
+        _FIELDS = tuple(f.name for f in fields(MemoryItem) if f.name != "extra")
     return _FIELDS
 
 # %% ../nbs/00_core.ipynb #2ce92909
 @patch
-def to_dict(self:MemoryItem) -> dict:
+def to_dict(self: MemoryItem) -> dict:
     "A JSON-ready dict: unknown keys first, then every field and the fingerprint."
     d = dict(self.extra)
     for k in _field_names():
@@ -240,12 +272,15 @@ def to_dict(self:MemoryItem) -> dict:
 # %% ../nbs/00_core.ipynb #47f1939f
 _NULL_AS_EMPTY = ("tags", "example_queries", "lineage")  # JSON null reads as an empty list
 
+
 @patch(cls_method=True)
-def from_dict(cls:MemoryItem, d:dict) -> MemoryItem:
+def from_dict(cls: MemoryItem, d: dict) -> MemoryItem:
     "Build a validated item from a dict: missing fields defaulted, unknown keys kept in `extra`."
     if not isinstance(d, dict):
         raise MemoryValidationError("<item>", f"expected a JSON object, got {type(d).__name__}")
-    known = {k: d[k] for k in _field_names() if k in d and not (k in _NULL_AS_EMPTY and d[k] is None)}
+    known = {
+        k: d[k] for k in _field_names() if k in d and not (k in _NULL_AS_EMPTY and d[k] is None)
+    }
     skip = ("fingerprint", "extra") + _NULL_AS_EMPTY
     extra = {k: v for k, v in d.items() if k not in known and k not in skip}
     if "title" not in known:
