@@ -12,8 +12,8 @@ from .store import MemoryStore
 from .index import BM25Index, bm25_idf, memory_text
 
 # %% auto #0
-__all__ = ['MIN_SHARED_TERMS', 'TASK_SIDE_SCALE', 'DEFAULT_MIN_RELEVANCE', 'DEFAULT_CANDIDATES', 'memory_share', 'hit_relevance',
-           'retrieve_memories']
+__all__ = ['MIN_SHARED_TERMS', 'TASK_SIDE_SCALE', 'DEFAULT_MIN_RELEVANCE', 'DEFAULT_CANDIDATES', 'memory_side_share',
+           'hit_relevance', 'retrieve_memories']
 
 # %% ../nbs/04_retrieval.ipynb #6b47c629
 def _term_counts(query) -> Counter:
@@ -44,11 +44,11 @@ def _idf_lookup(ix: BM25Index):
 
     return idf
 
-# %% ../nbs/04_retrieval.ipynb #2d81b7e2
+# %% ../nbs/04_retrieval.ipynb #fd217fe4
 MIN_SHARED_TERMS = 3  # distinct shared terms below which the memory-side share does not count
 
 
-def memory_share(m: MemoryItem, task_terms: set, idf) -> tuple[float, int]:
+def memory_side_share(m: MemoryItem, task_terms: set, idf) -> tuple[float, int]:
     "IDF share of `m`'s distinct indexed terms found in `task_terms`, and how many were found."
     terms = set(tokenize(memory_text(m)))
     mass = sum(idf(t) for t in terms)
@@ -57,14 +57,14 @@ def memory_share(m: MemoryItem, task_terms: set, idf) -> tuple[float, int]:
         return 0.0, 0
     return sum(idf(t) for t in shared) / mass, len(shared)
 
-# %% ../nbs/04_retrieval.ipynb #9fca150c
+# %% ../nbs/04_retrieval.ipynb #7c6f2a48
 TASK_SIDE_SCALE = 0.85  # the task-side share is divided by this (0.34 of a task counts as 0.4)
 
 
 def hit_relevance(m: MemoryItem, score: float, task_mass: float, task_terms: set, idf) -> float:
     "Relevance of hit `m` (BM25 `score`): the larger of the task-side and memory-side shares."
     task_side = score / task_mass / TASK_SIDE_SCALE if task_mass else 0.0
-    share, shared = memory_share(m, task_terms, idf)
+    share, shared = memory_side_share(m, task_terms, idf)
     return max(task_side, share if shared >= MIN_SHARED_TERMS else 0.0)
 
 # %% ../nbs/04_retrieval.ipynb #f4060c98

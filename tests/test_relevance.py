@@ -123,13 +123,13 @@ def test_short_queries_still_behave(store):
 
 
 def test_memory_share_needs_three_shared_terms(store):
-    from procmem.retrieval import hit_relevance, memory_share, _idf_lookup
+    from procmem.retrieval import hit_relevance, memory_side_share, _idf_lookup
     idf = _idf_lookup(store.sync_index())
     m = MEMORIES[4]
-    share, n = memory_share(m, {"subclass", "list"}, idf)
+    share, n = memory_side_share(m, {"subclass", "list"}, idf)
     assert n == 2 and share > 0.3
     assert hit_relevance(m, 0.0, 10.0, {"subclass", "list"}, idf) == 0.0  # two words: chance
-    share3, _ = memory_share(m, {"subclass", "list", "class"}, idf)
+    share3, _ = memory_side_share(m, {"subclass", "list", "class"}, idf)
     assert hit_relevance(m, 0.0, 10.0, {"subclass", "list", "class"}, idf) == share3
 
 
