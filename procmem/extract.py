@@ -820,74 +820,70 @@ _UNSUPPORTED = re.compile(
     re.I,
 )
 
-# %% ../nbs/10_extract.ipynb #3e038260
-def _induce_pitfalls(a: TrajectoryArtifact, j: Judgment) -> list[dict]:
-    """Pitfalls with checklists from a failed run: a loop, the first error, dead ends, the missing
-    or unsupported answer."""
-    lits, out = _literals(a), []
-    applies = f"Applies to tasks like: {_task_shape(a, lits, 240)}"
-    shapes = {ks["step"]: _step_shape(ks["action"], a.task, lits) for ks in a.key_steps}
-    if a.loop:
-        shs = [_step_shape(x, a.task, lits) for x in a.loop["actions"]]
-        if a.loop["kind"] == "repeat":
-            s = shs[0]
-            out.append(
-                dict(
-                    title=f"Avoid repeating {s.name} with the same argument",
-                    description=(
-                        f"Pitfall: a failed run repeated `{s.text}` without changing it and learned"
-                        f" nothing new. {applies}"
-                    ),
-                    content=(
-                        f"1. Before repeating `{s.text}`, compare it with your earlier calls: the"
-                        " same call returns the same result.\n2. After two identical results,"
-                        " change the argument (a more specific or an alternative one) or switch to"
-                        " another action.\n3. If a change brings nothing new either, answer with"
-                        " what you have or say what is missing."
-                    ),
-                    tags=[_human(s.name), "loop", "pitfall"],
-                )
-            )
-        else:
-            names = [*dict.fromkeys(s.name for s in shs)]
-            out.append(
-                dict(
-                    title=(
-                        f"Avoid cycling between {' and '.join(names)}"
-                        if len(names) > 1
-                        else f"Avoid cycling through the same {names[0]} calls"
-                    ),
-                    description=(
-                        "Pitfall: a failed run went round the same cycle of actions"
-                        f" ({' → '.join(f'`{s.text}`' for s in shs)}) several times. {applies}"
-                    ),
-                    content=(
-                        "1. Keep a short list of the calls you have made and what each"
-                        " returned.\n2. Before a call, check it is not already on the list; if it"
-                        " is, you are in a cycle.\n3. Break the cycle: change an argument, try a"
-                        " different action, or answer with what you have."
-                    ),
-                    tags=[*dict.fromkeys(_human(s.name) for s in shs), "loop", "pitfall"],
-                )
-            )
-    if a.errors:
-        e = a.errors[0]
-        label, short, check = _error_kind(e["error"])
-        s = shapes.get(e["first_step"])
-        act = f"`{s.text}`" if s else "an action"
-        gist = _clip(" ".join(despecify(e["error"], lits).split()), 120)
-        out.append(
-            dict(
-                title=f"Check {short} before you {s.verb if s else 'act'}",
-                description=f"Pitfall: in a failed run {act} ended in {label}. {applies}",
-                content=(
-                    f"1. Before {act}, check {check}.\n2. If it fails with “{gist}”, read the error"
-                    " and change the action; never retry it unchanged.\n3. Confirm each step"
-                    " succeeded (no error in its output) before building on it."
-                ),
-                tags=[*([_human(s.name)] if s else []), "error", "pitfall"],
-            )
+# %% ../nbs/10_extract.ipynb #a566c73a
+def _loop_pitfall(a: TrajectoryArtifact, lits, applies: str) -> dict:
+    "The pitfall of a run that repeated one call, or went round a cycle of calls."
+    shs = [_step_shape(x, a.task, lits) for x in a.loop["actions"]]
+    if a.loop["kind"] == "repeat":
+        s = shs[0]
+        return dict(
+            title=f"Avoid repeating {s.name} with the same argument",
+            description=(
+                f"Pitfall: a failed run repeated `{s.text}` without changing it and learned"
+                f" nothing new. {applies}"
+            ),
+            content=(
+                f"1. Before repeating `{s.text}`, compare it with your earlier calls: the"
+                " same call returns the same result.\n2. After two identical results,"
+                " change the argument (a more specific or an alternative one) or switch to"
+                " another action.\n3. If a change brings nothing new either, answer with"
+                " what you have or say what is missing."
+            ),
+            tags=[_human(s.name), "loop", "pitfall"],
         )
+    else:
+        names = [*dict.fromkeys(s.name for s in shs)]
+        return dict(
+            title=(
+                f"Avoid cycling between {' and '.join(names)}"
+                if len(names) > 1
+                else f"Avoid cycling through the same {names[0]} calls"
+            ),
+            description=(
+                "Pitfall: a failed run went round the same cycle of actions"
+                f" ({' → '.join(f'`{s.text}`' for s in shs)}) several times. {applies}"
+            ),
+            content=(
+                "1. Keep a short list of the calls you have made and what each"
+                " returned.\n2. Before a call, check it is not already on the list; if it"
+                " is, you are in a cycle.\n3. Break the cycle: change an argument, try a"
+                " different action, or answer with what you have."
+            ),
+            tags=[*dict.fromkeys(_human(s.name) for s in shs), "loop", "pitfall"],
+        )
+
+
+def _error_pitfall(a: TrajectoryArtifact, shapes: dict, lits, applies: str) -> dict:
+    "The pitfall of a run's first error, with a check fitted to its kind."
+    e = a.errors[0]
+    label, short, check = _error_kind(e["error"])
+    s = shapes.get(e["first_step"])
+    act = f"`{s.text}`" if s else "an action"
+    gist = _clip(" ".join(despecify(e["error"], lits).split()), 120)
+    return dict(
+        title=f"Check {short} before you {s.verb if s else 'act'}",
+        description=f"Pitfall: in a failed run {act} ended in {label}. {applies}",
+        content=(
+            f"1. Before {act}, check {check}.\n2. If it fails with “{gist}”, read the error"
+            " and change the action; never retry it unchanged.\n3. Confirm each step"
+            " succeeded (no error in its output) before building on it."
+        ),
+        tags=[*([_human(s.name)] if s else []), "error", "pitfall"],
+    )
+
+
+def _dead_end_pitfall(a: TrajectoryArtifact, shapes: dict, applies: str) -> dict|None:
+    "The pitfall of a run that kept issuing calls that found nothing (two or more), else None."
     dead = [
         ks
         for ks in a.key_steps
@@ -895,22 +891,25 @@ def _induce_pitfalls(a: TrajectoryArtifact, j: Judgment) -> list[dict]:
     ]
     if len(dead) >= 2:
         s = shapes[dead[0]["step"]]
-        out.append(
-            dict(
-                title=f"Change the query when {s.name} finds nothing",
-                description=(
-                    f"Pitfall: a failed run kept issuing `{s.text}` calls that found nothing."
-                    f" {applies}"
-                ),
-                content=(
-                    f"1. When `{s.text}` finds nothing, try one of the alternatives it suggests, or"
-                    " a shorter, more general argument.\n2. Do not keep adding words to a query"
-                    " that found nothing.\n3. Reach the fact through a related <entity>: find that"
-                    " one first, then look for the fact on its page."
-                ),
-                tags=[_human(s.name), "no-result", "pitfall"],
-            )
+        return dict(
+            title=f"Change the query when {s.name} finds nothing",
+            description=(
+                f"Pitfall: a failed run kept issuing `{s.text}` calls that found nothing."
+                f" {applies}"
+            ),
+            content=(
+                f"1. When `{s.text}` finds nothing, try one of the alternatives it suggests, or"
+                " a shorter, more general argument.\n2. Do not keep adding words to a query"
+                " that found nothing.\n3. Reach the fact through a related <entity>: find that"
+                " one first, then look for the fact on its page."
+            ),
+            tags=[_human(s.name), "no-result", "pitfall"],
         )
+    return None
+
+
+def _answer_pitfall(a: TrajectoryArtifact, j: Judgment, shapes: dict, lits, applies: str) -> dict|None:
+    "The pitfall of a missing answer, or of an answer the judge did not accept; else None."
     answer_steps = [s for s in shapes.values() if s.name.casefold() in _ANSWER_ACTIONS]
     fin = f"`{answer_steps[-1].text}`" if answer_steps else "answering"
     missing = [
@@ -920,46 +919,55 @@ def _induce_pitfalls(a: TrajectoryArtifact, j: Judgment) -> list[dict]:
     ]
     extra = "".join(f"\n{k}. Make sure you have observed: {m}" for k, m in enumerate(missing, 4))
     if not a.answer:
-        out.append(
-            dict(
-                title="Finish with an answer before the step budget runs out",
-                description=(
-                    f"Pitfall: a failed run used up its steps and never gave an answer. {applies}"
-                ),
-                content=(
-                    "1. Before acting, list the facts the task needs.\n2. After each observation,"
-                    " check whether you already have enough to answer.\n3. When the budget is"
-                    " nearly spent, give the best-supported answer instead of exploring further."
-                )
-                + extra,
-                tags=["answer", "budget", "pitfall"],
+        return dict(
+            title="Finish with an answer before the step budget runs out",
+            description=(
+                f"Pitfall: a failed run used up its steps and never gave an answer. {applies}"
+            ),
+            content=(
+                "1. Before acting, list the facts the task needs.\n2. After each observation,"
+                " check whether you already have enough to answer.\n3. When the budget is"
+                " nearly spent, give the best-supported answer instead of exploring further."
             )
+            + extra,
+            tags=["answer", "budget", "pitfall"],
         )
     elif not a.errors or a.converged:
         unsupported = bool(_UNSUPPORTED.search(j.reason or ""))
-        out.append(
-            dict(
-                title=(
-                    "Verify the answer is stated in an observation before finishing"
-                    if unsupported
-                    else "Check the answer matches what the task asks before finishing"
-                ),
-                description=(
-                    "Pitfall: a failed run gave an answer the judge did not accept"
-                    f" ({'not supported by what it observed' if unsupported else 'wrong or not what was asked'})."
-                    f" {applies}"
-                ),
-                content=(
-                    f"1. Before {fin}, point to the observation that states the answer; if none"
-                    " does, keep looking.\n2. Answer exactly what the task asks: the kind of"
-                    " value, its form and its unit.\n3. When the task combines several <entity>s,"
-                    " collect the fact for each one before answering."
-                )
-                + extra,
-                tags=["answer", "verification", "pitfall"],
+        why = "not supported by what it observed" if unsupported else "wrong or not what was asked"
+        return dict(
+            title=(
+                "Verify the answer is stated in an observation before finishing"
+                if unsupported
+                else "Check the answer matches what the task asks before finishing"
+            ),
+            description=(
+                "Pitfall: a failed run gave an answer the judge did not accept"
+                f" ({why})."
+                f" {applies}"
+            ),
+            content=(
+                f"1. Before {fin}, point to the observation that states the answer; if none"
+                " does, keep looking.\n2. Answer exactly what the task asks: the kind of"
+                " value, its form and its unit.\n3. When the task combines several <entity>s,"
+                " collect the fact for each one before answering."
             )
+            + extra,
+            tags=["answer", "verification", "pitfall"],
         )
-    return out
+    return None
+
+
+def _induce_pitfalls(a: TrajectoryArtifact, j: Judgment) -> list[dict]:
+    "Pitfalls with checklists from a failed run: a loop, the first error, dead ends, the answer."
+    lits = _literals(a)
+    applies = f"Applies to tasks like: {_task_shape(a, lits, 240)}"
+    shapes = {ks["step"]: _step_shape(ks["action"], a.task, lits) for ks in a.key_steps}
+    out = [_loop_pitfall(a, lits, applies)] if a.loop else []
+    out += [_error_pitfall(a, shapes, lits, applies)] if a.errors else []
+    out.append(_dead_end_pitfall(a, shapes, applies))
+    out.append(_answer_pitfall(a, j, shapes, lits, applies))
+    return [p for p in out if p is not None]
 
 # %% ../nbs/10_extract.ipynb #4e3f5d36
 def _as_artifact(x) -> TrajectoryArtifact:

@@ -778,59 +778,55 @@ class GateResult:
                 f"GateResult.action must be one of {', '.join(GATE_ACTIONS)}, got {self.action!r}"
             )
 
-# %% ../nbs/11_gates.ipynb #6fe58b91
-def run_gates(
-    candidate: MemoryItem,  # the memory the extractor proposes
-    store: MemoryStore,  # the bank it would go into
-    task: str | None = None,  # the task text: its guessed specifics count as task values
-    task_values=None,  # the task's known specific values (list or dict, e.g. an instantiation_dict)
-    injected=(),  # the memories procmem injected into this run
-    min_generalization: float = 0.5,  # reject below this score_generalization
-) -> GateResult:
-    """Vacuity, echo of injected memories, task-value leaks and generalisation; then deduplication
-    for a candidate that passes."""
+# %% ../nbs/11_gates.ipynb #e7247a5a
+def _check_threshold(fn:str, v) -> float:
+    "`v` checked to be a number in [0, 1]."
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+        raise ValueError(f"{fn}: min_generalization must be a number in [0, 1], got {v!r}")
+    return v
+
+def _provenance_rejections(candidate:MemoryItem, injected:list) -> list[str]:
+    "Why the candidate is procmem's own output: vacuity, a block marker, an echo of an injected memory."
+    reasons = [f"reject: {why}"] if (why := check_vacuity(candidate)) else []
+    if marks := find_injection_markers(candidate):
+        more = f" (and {len(marks) - 1} more)" if len(marks) > 1 else ""
+        reasons.append(f"reject: contains procmem's injection marker {marks[0]}{more}")
+    if echo := is_echo_of(candidate, injected):
+        t, c, k = _echo_scores(candidate, echo)
+        reasons.append(f"reject: restates injected memory {echo.title!r} ({echo.id}): title {t:.2f}, "
+                       f"content {c:.2f}, containment {k:.2f}")
+    return reasons
+
+def _specific_rejections(candidate:MemoryItem, values:list, task, minimum:float) -> tuple[list[str], float]:
+    "(why the candidate is tied to its task: leaks and a low generalisation, the generalisation score)."
+    reasons = [f"reject: leaks task value {leak}" for leak in find_task_leaks(candidate, values)]
+    found = generalization_findings(candidate, values, task)
+    score = round(max(0.0, 1.0 - sum(GENERALIZATION_PENALTIES[k] for k, _, _ in found)), 4)
+    if score < minimum:
+        shown = "; ".join(f"{k.replace('_', ' ')} {s!r} in {f}" for k, f, s in found[:4])
+        shown += "; …" if len(found) > 4 else ""
+        reasons.append(f"reject: generalization {score:.2f} < {minimum}: {shown}")
+    return reasons, score
+
+def run_gates(candidate:MemoryItem, # the memory the extractor proposes
+              store:MemoryStore, # the bank it would go into
+              task:str|None=None, # the task text: its guessed specifics count as task values
+              task_values=None, # the task's known specific values (list or dict, e.g. an instantiation_dict)
+              injected=(), # the memories procmem injected into this run
+              min_generalization:float=0.5, # reject below this score_generalization
+             ) -> GateResult:
+    "Vacuity, echo, task-value leaks and generalisation; then deduplication for a candidate that passes."
     fn = "run_gates"
     _check_item(fn, candidate, "candidate")
     _check_store(fn, store)
     _check_task(fn, task)
-    if (
-        isinstance(min_generalization, bool)
-        or not isinstance(min_generalization, (int, float))
-        or not 0 <= min_generalization <= 1
-    ):
-        raise ValueError(
-            f"{fn}: min_generalization must be a number in [0, 1], got {min_generalization!r}"
-        )
-    values = list(
-        dict.fromkeys(
-            _task_values(fn, task_values) + [v for v, strong in _guesses(task or "") if strong]
-        )
-    )
-    injected = _injected(fn, injected)
-    reasons = []
-    if why := check_vacuity(candidate):
-        reasons.append(f"reject: {why}")
-    if marks := find_injection_markers(candidate):
-        reasons.append(
-            f"reject: contains procmem's injection marker {marks[0]}"
-            + (f" (and {len(marks) - 1} more)" if len(marks) > 1 else "")
-        )
-    if echo := is_echo_of(candidate, injected):
-        t, c, k = _echo_scores(candidate, echo)
-        reasons.append(
-            f"reject: restates injected memory {echo.title!r} ({echo.id}): title {t:.2f}, content"
-            f" {c:.2f}, containment {k:.2f}"
-        )
-    reasons += [f"reject: leaks task value {leak}" for leak in find_task_leaks(candidate, values)]
-    found = generalization_findings(candidate, values, task)
-    score = round(max(0.0, 1.0 - sum(GENERALIZATION_PENALTIES[k] for k, _, _ in found)), 4)
-    if score < min_generalization:
-        shown = "; ".join(f"{k.replace('_', ' ')} {s!r} in {f}" for k, f, s in found[:4]) + (
-            "; …" if len(found) > 4 else ""
-        )
-        reasons.append(f"reject: generalization {score:.2f} < {min_generalization}: {shown}")
-    if reasons:
-        return GateResult("reject", None, reasons, score)
+    minimum = _check_threshold(fn, min_generalization)
+    guessed = [v for v, strong in _guesses(task or "") if strong]
+    values = list(dict.fromkeys(_task_values(fn, task_values) + guessed))
+    reasons = _provenance_rejections(candidate, _injected(fn, injected))
+    leaks, score = _specific_rejections(candidate, values, task, minimum)
+    if reasons + leaks:
+        return GateResult("reject", None, reasons + leaks, score)
     d = check_memory_deduplication(candidate, store)
     return GateResult(d.action, d.target, [f"{d.action}: {d.reason}"], score, d)
 

@@ -537,7 +537,7 @@ def _changed_approach(run: _Run) -> tuple[bool, str | None]:
 def _failure_class(run: _Run) -> str:
     return "adaptive" if _changed_approach(run)[0] else "intrinsic"
 
-# %% ../nbs/09_judge.ipynb #fd257262
+# %% ../nbs/09_judge.ipynb #8e988265
 def _hedge_of(run: _Run) -> str | None:
     "The doubt the agent stated: in its answer, or in its final thought."
     ans = run.answer or ""
@@ -566,9 +566,25 @@ def false_comparison(text: str) -> str | None:  # the agent's reasoning, e.g. it
     return None
 
 
-def _grounding_doubt(run: _Run) -> tuple[str | None, str | None, str]:
-    """(doubt or None, supporting quote, what supports the answer) from where the answer appears in
-    the observations."""
+_GROUNDING_SUPPORT = {"final": "the answer is stated in the final evidence the agent observed",
+                      "summary": "most of the answer's words appear in what the agent observed"}
+_GROUNDING_DOUBT = {
+    "earlier": "the answer appears in an earlier observation but not in the final evidence the agent gathered",
+    "scattered": "the answer's words appear only scattered across observations, never together",
+    "partial": "only part of the answer appears in what the agent observed",
+    "none": "the answer does not appear in anything the agent observed (it is not grounded)"}
+
+def _report_doubt(run:_Run, ans:str, observed:list, quote) -> tuple[str|None, str|None, str]:
+    "For an instruction's final report: is it backed by what the agent did and observed?"
+    words = _words(ans)
+    seen = set().union(set(), *(_words(o) for o in observed), *(_words(s["action"]) for s in run.steps))
+    if len(words & seen) * 2 >= len(words):
+        return None, quote, "the final report is backed by what the agent did and observed"
+    why = f"the final report is not backed by what the agent did and observed ({len(words & seen)} of {len(words)} words)"
+    return why, None, ""
+
+def _grounding_doubt(run:_Run) -> tuple[str|None, str|None, str]:
+    "(doubt or None, supporting quote, what supports the answer) from where the answer was observed."
     ans = run.answer or ""
     if _norm_text(ans).strip(" .!") in ("yes", "no"):
         return None, None, "a yes/no answer (not checked against observations)"
@@ -576,50 +592,11 @@ def _grounding_doubt(run: _Run) -> tuple[str | None, str | None, str]:
         return None, None, "the answer is one of the options the task names"
     observed = [s["observation"] for s in run.steps if _informative(s)]
     level, quote = answer_grounding(ans, observed)
-    if (
-        not _is_question(run.task) and len(_words(ans)) > 3
-    ):  # an instruction's report: backed by what the agent did and observed
-        words, seen = _words(ans), set().union(
-            set(), *(_words(o) for o in observed), *(_words(s["action"]) for s in run.steps)
-        )
-        if len(words & seen) * 2 >= len(words):
-            return None, quote, "the final report is backed by what the agent did and observed"
-        return (
-            (
-                "the final report is not backed by what the agent did and observed"
-                f" ({len(words & seen)} of {len(words)} words)"
-            ),
-            None,
-            "",
-        )
-    if not _is_question(run.task) and level in (
-        "earlier",
-        "scattered",
-    ):  # the final-evidence rule is for questions
+    if not _is_question(run.task) and len(_words(ans)) > 3:  # an instruction's report
+        return _report_doubt(run, ans, observed, quote)
+    if not _is_question(run.task) and level in ("earlier", "scattered"):  # final evidence: questions only
         return None, quote, "the answer appears in what the agent observed"
-    support = {
-        "final": "the answer is stated in the final evidence the agent observed",
-        "summary": "most of the answer's words appear in what the agent observed",
-    }.get(level, "")
-    return (
-        {
-            "final": None,
-            "summary": None,
-            "earlier": (
-                "the answer appears in an earlier observation but not in the final evidence the"
-                " agent gathered"
-            ),
-            "scattered": (
-                "the answer's words appear only scattered across observations, never together"
-            ),
-            "partial": "only part of the answer appears in what the agent observed",
-            "none": (
-                "the answer does not appear in anything the agent observed (it is not grounded)"
-            ),
-        }[level],
-        quote,
-        support,
-    )
+    return _GROUNDING_DOUBT.get(level), quote, _GROUNDING_SUPPORT.get(level, "")
 
 # %% ../nbs/09_judge.ipynb #a8ddde25
 def _stop_rule(run: _Run, ans: str, step_budget: int | None) -> tuple | None:
