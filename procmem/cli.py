@@ -119,37 +119,9 @@ def _tags(s: str) -> list[str]:
     "Comma-separated tags: stripped, empty ones dropped, duplicates removed, order kept."
     return list(dict.fromkeys(t.strip() for t in s.split(",") if t.strip()))
 
-# %% ../nbs/13_cli.ipynb #9ac90e48
-def build_parser() -> argparse.ArgumentParser:
-    "The `procmem` argument parser: a global --store and one subcommand per action."
-    p = _Parser(
-        prog="procmem",
-        description="Procedural memory for LLM agents: add, search and inspect a memory store.",
-        epilog=(
-            "Exit status: 0 ok, 1 problems found or internal error, 2 usage error (nothing"
-            " written)."
-        ),
-    )
-    p.add_argument(
-        "--store",
-        metavar="PATH",
-        help=(
-            "the store file (default: $PROCMEM_STORE, else memories.db in the user data directory)"
-        ),
-    )
-    p.add_argument("--version", action="version", version=f"procmem {__version__}")
-    late = _Parser(add_help=False)
-    late.add_argument(
-        "--store",
-        metavar="PATH",
-        default=argparse.SUPPRESS,
-        help="the store file (same as the global --store)",
-    )
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", title="commands")
-
-    def cmd(name, help):
-        return sub.add_parser(name, help=help, description=help, parents=[late])
-
+# %% ../nbs/13_cli.ipynb #d4f90200
+def _add_add(cmd) -> None:
+    "`add`: one memory from options or from a JSON file."
     a = cmd(
         "add",
         "add one memory (an existing one that says the same is confirmed instead); prints its id",
@@ -167,6 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
         dest="json_file",
         help="read one memory item (a JSON object) from FILE; - for stdin",
     )
+
+
+def _add_search(cmd) -> None:
+    "`search`: a task in, retrieved memories and the injection block out."
     s = cmd("search", "show the memories retrieved for a task and the block that would be injected")
     s.add_argument("query", nargs="+", help="the task (several words need no quotes)")
     s.add_argument("-k", "--k", type=_k, default=3, help="at most this many memories (default: 3)")
@@ -180,6 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--no-record", action="store_true", help="do not count this search as an access")
     s.add_argument("--json", action="store_true", help="print a JSON object")
+
+# %% ../nbs/13_cli.ipynb #a761c648
+def _add_inspection(cmd) -> None:
+    "`show`, `list`, `stats`, `export`, `import`, `bootstrap`, `validate`, `repair`."
     cmd("show", "print one memory as JSON").add_argument("id", help="the exact id")
     l = cmd("list", "one line per memory: id, source type, domain, title")
     l.add_argument("--limit", type=_count, metavar="N", help="show at most N")
@@ -199,22 +179,23 @@ def build_parser() -> argparse.ArgumentParser:
     cmd("bootstrap", "add the 7 general strategies (again: adds nothing)")
     cmd("validate", "check the store's integrity without changing it; exit 1 if there are problems")
     cmd("repair", "move a damaged store aside and salvage every readable memory into a fresh store")
-    for name, help in (
-        (
-            "learn",
-            (
-                "learn from trajectories (a file or a folder: generic JSONL or any supported"
-                " format): judge, extract, gate, store"
-            ),
-        ),
-        (
-            "demo",
-            (
-                "the main job on embedded defaults: learn from bundled sample trajectories into a"
-                " fresh store, then show what new tasks get"
-            ),
-        ),
-    ):
+
+
+_LEARNING = dict(
+    learn=(
+        "learn from trajectories (a file or a folder: generic JSONL or any supported format): "
+        "judge, extract, gate, store"
+    ),
+    demo=(
+        "the main job on embedded defaults: learn from bundled sample trajectories into a fresh"
+        " store, then show what new tasks get"
+    ),
+)
+
+
+def _add_learning(cmd) -> None:
+    "`learn` and `demo`: the judge/extractor backend options."
+    for name, help in _LEARNING.items():
         c = cmd(name, help)
         if name == "learn":
             c.add_argument("path", help="a trajectory file or a folder of them")
@@ -227,11 +208,42 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument(
             "--model",
             help=(
-                "the Claude model for --llm claude (default: $PROCMEM_MODEL, else"
-                f" {resolve_model()})"
+                "the Claude model for --llm claude "
+                f"(default: $PROCMEM_MODEL, else {resolve_model()})"
             ),
         )
         c.add_argument("--json", action="store_true", help="print a JSON summary")
+
+# %% ../nbs/13_cli.ipynb #3f306529
+def build_parser() -> argparse.ArgumentParser:
+    "The `procmem` argument parser: a global --store and one subcommand per action."
+    p = _Parser(
+        prog="procmem",
+        description="Procedural memory for LLM agents: add, search and inspect a memory store.",
+        epilog=(
+            "Exit status: 0 ok, 1 problems found or internal error, 2 usage error (nothing"
+            " written)."
+        ),
+    )
+    store_help = (
+        "the store file (default: $PROCMEM_STORE, else memories.db in the user data directory)"
+    )
+    p.add_argument("--store", metavar="PATH", help=store_help)
+    p.add_argument("--version", action="version", version=f"procmem {__version__}")
+    late = _Parser(add_help=False)
+    late.add_argument(
+        "--store",
+        metavar="PATH",
+        default=argparse.SUPPRESS,
+        help="the store file (same as the global --store)",
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+
+    def cmd(name, help):
+        return sub.add_parser(name, help=help, description=help, parents=[late])
+
+    for add in (_add_add, _add_search, _add_inspection, _add_learning):
+        add(cmd)
     return p
 
 # %% ../nbs/13_cli.ipynb #4cf43594
@@ -308,7 +320,7 @@ def _writable_store(path: Path) -> bool:
     "Whether this user may write the store file at `path` and create files next to it."
     return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
 
-# %% ../nbs/13_cli.ipynb #cbe3a32a
+# %% ../nbs/13_cli.ipynb #c5583d2a
 def _cmd_search(args) -> int:
     """`procmem search`: the retrieved memories, numbered, then the injection block; or one JSON
     object."""
@@ -328,22 +340,26 @@ def _cmd_search(args) -> int:
     block = format_memories_for_injection(mems, budget_chars=args.budget)
     if args.json:
         _print_json(dict(query=query, memories=[m.to_dict() for m in mems], injection=block))
-    elif not mems:
-        print("No relevant memories.")
     else:
-        for i, m in enumerate(mems, 1):
-            print(f"{i}. {m.id}  {_one_line(m.title)}")
-        shown = sum(
-            l.startswith("### ") for l in block.split("\n")
-        )  # item headings; memory text cannot start a line with '#'
-        if shown < len(mems):
-            print(
-                f"({shown} of {len(mems)} fit in the injection budget of {args.budget} characters)"
-            )
-        if block:
-            print()
-            print(block)
+        _print_search(mems, block, args.budget)
     return 0
+
+
+def _print_search(mems: list, block: str, budget: int) -> None:
+    "The retrieved memories, numbered, a note if the budget left some out, then the block."
+    if not mems:
+        print("No relevant memories.")
+        return
+    for i, m in enumerate(mems, 1):
+        print(f"{i}. {m.id}  {_one_line(m.title)}")
+    shown = sum(
+        l.startswith("### ") for l in block.split("\n")
+    )  # memory text cannot start a line with '#'
+    if shown < len(mems):
+        print(f"({shown} of {len(mems)} fit in the injection budget of {budget} characters)")
+    if block:
+        print()
+        print(block)
 
 # %% ../nbs/13_cli.ipynb #9336d8e7
 def _cmd_show(args) -> int:
@@ -627,7 +643,32 @@ DEMO_TASKS = (
     "Make the docs build pass",
 )
 
-# %% ../nbs/13_cli.ipynb #d04fa7f6
+# %% ../nbs/13_cli.ipynb #e4455f7f
+def _demo_task(store: MemoryStore, task: str) -> dict:
+    "What one new task retrieves (id, title, type, relevance) and the block it would be given."
+    mems = retrieve_memories(store, task, k=3, with_scores=True, record=False)
+    found = [
+        dict(id=m.id, title=m.title, source_type=m.source_type, relevance=round(r, 3))
+        for m, r in mems
+    ]
+    return dict(
+        task=task, memories=found, injection=format_memories_for_injection([m for m, _ in mems])
+    )
+
+
+def _print_demo_task(i: int, t: dict) -> None:
+    "One demo task: its retrieved memories with relevance, then the injected block."
+    print(f"\n=== new task {i}: {t['task']}")
+    if not t["memories"]:
+        print("No relevant memories.")
+        return
+    for j, m in enumerate(t["memories"], 1):
+        print(
+            f"{j}. [{m['source_type']}] {_one_line(m['title'])}  (relevance {m['relevance']:.2f})"
+        )
+    print(f"\ninjected block ({len(t['injection'])} characters):\n{t['injection']}")
+
+# %% ../nbs/13_cli.ipynb #c3099391
 def _cmd_demo(args) -> int:
     """`procmem demo`: learn from the bundled trajectories, then show retrieval and injection for
     new tasks."""
@@ -636,45 +677,23 @@ def _cmd_demo(args) -> int:
     t0, llm = time.perf_counter(), _llm_from_args(args)
     store_path = args.store or Path(tempfile.mkdtemp(prefix="procmem-demo-")) / "memories.db"
     trajectories = demo_trajectories()
+    backend = "offline judge and extractor" if llm is None else "Claude " + llm.model
     with open_store(store_path) as store:
         if not args.json:
             print(
                 f"procmem demo: learning from {len(trajectories)} bundled trajectories"
-                f" ({'offline judge and extractor' if llm is None else 'Claude ' + llm.model})\n"
+                f" ({backend})\n"
             )
         results = _learn_all(trajectories, store, llm)
-        summary = learn_summary(results)
-        shown = []
-        for task in DEMO_TASKS:
-            mems = retrieve_memories(store, task, k=3, with_scores=True, record=False)
-            shown.append(
-                dict(
-                    task=task,
-                    memories=[
-                        dict(
-                            id=m.id, title=m.title, source_type=m.source_type, relevance=round(r, 3)
-                        )
-                        for m, r in mems
-                    ],
-                    injection=format_memories_for_injection([m for m, _ in mems]),
-                )
-            )
+        shown = [_demo_task(store, task) for task in DEMO_TASKS]
         n = len(store)
+    summary = learn_summary(results)
     if args.json:
         _print_json(dict(store=str(store_path), memories=n, learning=summary, tasks=shown))
         return 0
     _print_learn(results, summary)
     for i, t in enumerate(shown, 1):
-        print(f"\n=== new task {i}: {t['task']}")
-        if not t["memories"]:
-            print("No relevant memories.")
-            continue
-        for j, m in enumerate(t["memories"], 1):
-            print(
-                f"{j}. [{m['source_type']}] {_one_line(m['title'])}  (relevance"
-                f" {m['relevance']:.2f})"
-            )
-        print(f"\ninjected block ({len(t['injection'])} characters):\n{t['injection']}")
+        _print_demo_task(i, t)
     print(
         f"\nstore: {store_path} ({_plural(n, 'memory', 'memories')});"
         f" {time.perf_counter() - t0:.1f} s"

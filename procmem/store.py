@@ -936,13 +936,26 @@ def check(self: MemoryStore) -> list[str]:
     with self._lock:
         return _db_problems(self._con)[0]
 
-# %% ../nbs/02_store.ipynb #7dcfe806
+# %% ../nbs/02_store.ipynb #cf20737b
 def _count_events(con) -> int | str:
     "The number of events, or a note that they cannot be read."
     try:
         return con.execute("SELECT count(*) FROM events").fetchone()[0]
     except sqlite3.DatabaseError as e:
         return f"unreadable ({e})"
+
+
+def _open_problems(path: Path) -> tuple[list[str], int, int | str]:
+    "(problems, memory rows, events) read from the file at `path` without writing."
+    try:
+        con = sqlite3.connect(_peek_uri(path), uri=True, timeout=30)
+        try:
+            problems, n = _db_problems(con)
+            return problems, n, _count_events(con)
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as e:
+        return [f"the database file is damaged: {e}"], 0, 0
 
 
 def validate_store(path) -> dict:
@@ -953,20 +966,9 @@ def validate_store(path) -> dict:
         raise StoreNotFoundError(f"no store at {path}")
     if kind == "foreign":
         raise NotAStoreError(f"not a procmem store: {path} ({reason}); it was left unchanged")
-    problems, n = (
-        ([f"the database cannot be opened: {reason}"], 0) if kind == "damaged" else ([], 0)
-    )
-    events = 0
-    try:
-        con = sqlite3.connect(_peek_uri(path), uri=True, timeout=30)
-        try:
-            found, n = _db_problems(con)
-            events = _count_events(con)
-        finally:
-            con.close()
-        problems = list(dict.fromkeys(problems + found))
-    except sqlite3.DatabaseError as e:
-        problems.append(f"the database file is damaged: {e}")
+    found, n, events = _open_problems(path)
+    first = [f"the database cannot be opened: {reason}"] if kind == "damaged" else []
+    problems = list(dict.fromkeys(first + found))
     checked = [
         "SQLite integrity_check of every page",
         "the procmem identity row",
@@ -1066,20 +1068,30 @@ def _is_procmem(path: Path) -> bool:
         with open(path, "rb") as f:
             return _SIGNATURE in f.read(65536)
 
-# %% ../nbs/02_store.ipynb #78e72958
+# %% ../nbs/02_store.ipynb #c9497af3
+def _fill_fresh(path: Path, items: list, events: list, note: dict):
+    "Create a store at `path` holding `items`, the old `events` and a 'repair' event."
+    with MemoryStore(path) as fresh:
+        fresh.add_many(items)
+        with fresh._write() as c:
+            c.executemany("INSERT INTO events(at, kind, ids, detail) VALUES (?, ?, ?, ?)", events)
+            fresh._log(c, "repair", [], **note)
+
+
 def repair_store(path) -> dict:
     "Move a damaged store aside and salvage its readable memories into a fresh store at `path`."
     path = Path(path).expanduser()
     report = validate_store(path)  # raises for missing and foreign files
+    out = dict(
+        repaired=False,
+        path=str(path),
+        moved_to=None,
+        salvaged=report["memories"],
+        unreadable=[],
+        partial=False,
+    )
     if report["ok"]:
-        return dict(
-            repaired=False,
-            path=str(path),
-            moved_to=None,
-            salvaged=report["memories"],
-            unreadable=[],
-            partial=False,
-        )
+        return out
     if not _is_procmem(path):
         raise StoreDamagedError(
             f"{path} is an SQLite file too damaged to tell whether it is a procmem "
@@ -1088,24 +1100,13 @@ def repair_store(path) -> dict:
     moved = quarantine_file(path, "damaged")
     rows, events, partial = _read_damaged(moved)
     items, bad = _split_rows(rows)
-    with MemoryStore(path) as fresh:
-        fresh.add_many(items)
-        with fresh._write() as c:
-            c.executemany("INSERT INTO events(at, kind, ids, detail) VALUES (?, ?, ?, ?)", events)
-            fresh._log(
-                c,
-                "repair",
-                [],
-                moved_to=str(moved),
-                salvaged=len(items),
-                unreadable=bad,
-                partial=partial,
-            )
-    return dict(
-        repaired=True,
-        path=str(path),
-        moved_to=str(moved),
-        salvaged=len(items),
-        unreadable=bad,
-        partial=partial,
+    out.update(
+        repaired=True, moved_to=str(moved), salvaged=len(items), unreadable=bad, partial=partial
     )
+    _fill_fresh(
+        path,
+        items,
+        events,
+        dict(moved_to=str(moved), salvaged=len(items), unreadable=bad, partial=partial),
+    )
+    return out
