@@ -102,30 +102,18 @@ class LearnResult:
             **{f"{k}_ms": round(v, 2) for k, v in self.timings.items()},
         )
 
-# %% ../nbs/12_loop.ipynb #29175819
-def _unframed(text: str | None) -> str | None:
-    "`text` without procmem's injected blocks; kept as it was when nothing else is left."
-    if not isinstance(text, str):
-        return text
-    out = strip_injected_memories(text)
-    return out if out.strip() else text
+# %% ../nbs/12_loop.ipynb #9d8af2d4
+def _unframed(text:str|None) -> str|None:
+    "`text` without procmem's injected blocks (None stays None)."
+    return strip_injected_memories(text) if isinstance(text, str) else text
 
-
-def _without_frames(traj: Trajectory) -> Trajectory:
-    "A copy of `traj` with procmem's injected blocks removed from its texts."
-    steps = [
-        dataclasses.replace(
-            st, observation=_unframed(st.observation) or "", thought=_unframed(st.thought) or ""
-        )
-        for st in traj.steps
-    ]
-    return dataclasses.replace(
-        traj,
-        task=_unframed(traj.task).strip(),
-        answer=_unframed(traj.answer),
-        steps=steps,
-        metadata=dict(traj.metadata or {}),
-    )
+def _without_frames(traj:Trajectory) -> Trajectory:
+    "A copy of `traj` with procmem's injected blocks removed from its texts (a task keeps its words)."
+    steps = [dataclasses.replace(st, observation=_unframed(st.observation), thought=_unframed(st.thought))
+             for st in traj.steps]
+    task = _unframed(traj.task).strip() or traj.task  # a task that is only a block stays as it was
+    return dataclasses.replace(traj, task=task, answer=_unframed(traj.answer), steps=steps,
+                               metadata=dict(traj.metadata or {}))
 
 # %% ../nbs/12_loop.ipynb #03c836d7
 def _judge_step(traj: Trajectory, artifact, judge, llm) -> Judgment:
