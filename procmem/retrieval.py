@@ -12,8 +12,8 @@ from .store import MemoryStore
 from .index import BM25Index, bm25_idf, memory_text
 
 # %% auto #0
-__all__ = ['MIN_SHARED_TERMS', 'TASK_SIDE_SCALE', 'DEFAULT_MIN_RELEVANCE', 'DEFAULT_CANDIDATES', 'memory_side_share',
-           'hit_relevance', 'retrieve_memories']
+__all__ = ['MIN_SHARED_TERMS', 'WINDOW_PER_TERM', 'TASK_SIDE_SCALE', 'DEFAULT_MIN_RELEVANCE', 'DEFAULT_CANDIDATES',
+           'memory_side_share', 'hit_relevance', 'retrieve_memories']
 
 # %% ../nbs/04_retrieval.ipynb #6b47c629
 def _term_counts(query) -> Counter:
@@ -44,27 +44,50 @@ def _idf_lookup(ix: BM25Index):
 
     return idf
 
-# %% ../nbs/04_retrieval.ipynb #fd217fe4
+# %% ../nbs/04_retrieval.ipynb #3879bcd5
 MIN_SHARED_TERMS = 3  # distinct shared terms below which the memory-side share does not count
 
 
-def memory_side_share(m: MemoryItem, task_terms: set, idf) -> tuple[float, int]:
-    "IDF share of `m`'s distinct indexed terms found in `task_terms`, and how many were found."
+def _best_window(hits: list, width: int, idf) -> tuple[float, int]:
+    "IDF mass and count of the distinct terms in the best run of `hits` ((pos, term)) under `width`."
+    inside, mass, lo, best = Counter(), 0.0, 0, (False, 0.0, 0)
+    for pos, t in hits:
+        if not inside[t]:
+            mass += idf(t)
+        inside[t] += 1
+        while pos - hits[lo][0] >= width:
+            u = hits[lo][1]
+            inside[u] -= 1
+            if not inside[u]:
+                del inside[u]
+                mass -= idf(u)
+            lo += 1
+        best = max(best, (len(inside) >= MIN_SHARED_TERMS, mass, len(inside)))
+    return best[1], best[2]
+
+# %% ../nbs/04_retrieval.ipynb #a5861e55
+WINDOW_PER_TERM = 3  # the window of the memory side: this many task tokens per memory term
+
+
+def memory_side_share(m: MemoryItem, task, idf) -> tuple[float, int]:
+    "IDF share of `m`'s terms found close together in `task` (text or tokens), and their count."
     terms = set(tokenize(memory_text(m)))
     mass = sum(idf(t) for t in terms)
-    shared = terms & task_terms
     if not mass:
         return 0.0, 0
-    return sum(idf(t) for t in shared) / mass, len(shared)
+    tokens = tokenize(task) if isinstance(task, str) else task
+    hits = [(i, t) for i, t in enumerate(tokens) if t in terms]
+    shared, n = _best_window(hits, max(WINDOW_PER_TERM * len(terms), 8), idf)
+    return shared / mass, n
 
-# %% ../nbs/04_retrieval.ipynb #7c6f2a48
+# %% ../nbs/04_retrieval.ipynb #5d8bf8dc
 TASK_SIDE_SCALE = 0.85  # the task-side share is divided by this (0.34 of a task counts as 0.4)
 
 
-def hit_relevance(m: MemoryItem, score: float, task_mass: float, task_terms: set, idf) -> float:
+def hit_relevance(m: MemoryItem, score: float, task_mass: float, task_tokens: list, idf) -> float:
     "Relevance of hit `m` (BM25 `score`): the larger of the task-side and memory-side shares."
     task_side = score / task_mass / TASK_SIDE_SCALE if task_mass else 0.0
-    share, shared = memory_side_share(m, task_terms, idf)
+    share, shared = memory_side_share(m, task_tokens, idf)
     return max(task_side, share if shared >= MIN_SHARED_TERMS else 0.0)
 
 # %% ../nbs/04_retrieval.ipynb #f4060c98
@@ -85,15 +108,15 @@ def _check_args(task, k, source_type):
     if bad:
         raise ValueError(f"unknown source_type {sorted(bad)}; use one of {', '.join(SOURCE_TYPES)}")
 
-# %% ../nbs/04_retrieval.ipynb #c82897c8
+# %% ../nbs/04_retrieval.ipynb #16b1688f
 def _relevant_hits(store: MemoryStore, hits: list, task: str, k: int, floor: float) -> list:
     "The first `k` `(item, relevance)` of `hits` whose relevance is at least `floor`."
     idf = _idf_lookup(store._index())
-    counts = _term_counts(task)
-    mass = sum(n * idf(t) for t, n in counts.items())
+    tokens = tokenize(task)
+    mass = sum(idf(t) for t in tokens)
     out = []
     for m, score in hits:
-        rel = hit_relevance(m, score, mass, set(counts), idf)
+        rel = hit_relevance(m, score, mass, tokens, idf)
         if rel >= floor:
             out.append((m, rel))
         if len(out) == k:

@@ -122,15 +122,18 @@ def test_short_queries_still_behave(store):
     assert retrieve_memories(store, "bread", min_relevance=0) == []  # no shared term, no hit
 
 
-def test_memory_share_needs_three_shared_terms(store):
+def test_memory_side_needs_three_shared_terms_close_together(store):
     from procmem.retrieval import hit_relevance, memory_side_share, _idf_lookup
     idf = _idf_lookup(store.sync_index())
     m = MEMORIES[4]
-    share, n = memory_side_share(m, {"subclass", "list"}, idf)
+    share, n = memory_side_share(m, ["subclass", "list"], idf)
     assert n == 2 and share > 0.3
-    assert hit_relevance(m, 0.0, 10.0, {"subclass", "list"}, idf) == 0.0  # two words: chance
-    share3, _ = memory_side_share(m, {"subclass", "list", "class"}, idf)
-    assert hit_relevance(m, 0.0, 10.0, {"subclass", "list", "class"}, idf) == share3
+    assert hit_relevance(m, 0.0, 10.0, ["subclass", "list"], idf) == 0.0  # two words: chance
+    share3, _ = memory_side_share(m, ["subclass", "list", "class"], idf)
+    assert hit_relevance(m, 0.0, 10.0, ["subclass", "list", "class"], idf) == share3
+    far = ["subclass"] + ["filler"] * 100 + ["list"] + ["filler"] * 100 + ["class"]
+    assert memory_side_share(m, far, idf)[1] == 1  # scattered over a long text: no evidence
+    assert hit_relevance(m, 0.0, 10.0, far, idf) == 0.0
 
 
 def test_floor_zero_and_candidates(store):
