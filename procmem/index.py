@@ -62,20 +62,17 @@ def _empty_base(n_fields: int, keywords) -> SimpleNamespace:
         tot=[0] * n_fields,
     )
 
-# %% ../nbs/03_index.ipynb #776b5810
+# %% ../nbs/03_index.ipynb #10bbf627
 def _sorted_postings(keys: list, tid, doc, tf):
     "Postings sorted by (key, doc) with unused keys dropped: (keys array, off, pdoc, ptf)."
-    order = np.argsort(tid, kind="stable")
-    tid, doc, tf = tid[order], doc[order], tf[order]
     counts = np.bincount(tid, minlength=len(keys))
     used = np.flatnonzero(counts)
     key_arr = _bytes_array([keys[i] for i in used]) if len(used) else _bytes_array([])
     by_name = np.argsort(key_arr, kind="stable")  # keys arrive in first-seen order
-    rank = np.empty(len(keys), np.int64)
+    rank = np.zeros(len(keys), np.int32)
     rank[used[by_name]] = np.arange(len(used))
-    order = np.argsort(rank[tid], kind="stable")
-    cnt = counts[used[by_name]]
-    off = np.concatenate([[0], np.cumsum(cnt)]).astype(np.int64)
+    order = np.argsort(rank[tid], kind="stable")  # keeps each key's documents in arrival order
+    off = np.concatenate([[0], np.cumsum(counts[used[by_name]])]).astype(np.int64)
     tf_type = np.uint16 if len(tf) == 0 or tf.max() < 2**16 else np.int32  # tf rarely needs 32 bits
     return key_arr[by_name], off, doc[order].astype(np.int32), tf[order].astype(tf_type)
 
@@ -656,14 +653,14 @@ def search(
     scores.update(zip(ids, sc.tolist()))
     return sorted(((i, s) for i, s in scores.items() if s > min_score), key=_rank_key)[:k]
 
-# %% ../nbs/03_index.ipynb #107d2da8
+# %% ../nbs/03_index.ipynb #4169bcad
 class _NewDocs:
     "Documents for a new base, collected as compact postings (key number, document, tf)."
 
     def __init__(self, keys: list, n_fields: int, kwvals: dict):
         self.keys, self.key_id = keys, {k: i for i, k in enumerate(keys)}
-        self.tid, self.doc, self.tf = array("q"), array("q"), array("q")  # compact, unlike lists
-        self.ids, self.lens, self.n_fields = [], array("q"), n_fields
+        self.tid, self.doc, self.tf = array("i"), array("i"), array("i")  # 4 bytes each, unlike lists
+        self.ids, self.lens, self.n_fields = [], array("i"), n_fields
         self.kwvals = kwvals  # keyword -> list of values (codes are positions)
         self.kw_code = {k: {v: i for i, v in enumerate(vs)} for k, vs in kwvals.items()}
         self.kw = {k: [] for k in kwvals}
@@ -733,7 +730,7 @@ def _collect(self: BM25Index, docs, removed) -> tuple:
             new.add(i, counts, kw)
     return new, list(gone)
 
-# %% ../nbs/03_index.ipynb #ea9a954d
+# %% ../nbs/03_index.ipynb #7a36ad89
 @patch
 def _merged_base(self: BM25Index, docs=None, removed=()) -> SimpleNamespace:
     "A new base: the live base documents (renumbered) followed by the new ones."
@@ -742,16 +739,16 @@ def _merged_base(self: BM25Index, docs=None, removed=()) -> SimpleNamespace:
     keep = np.ones(len(b.ids), bool)
     keep[self._dead_sorted()] = False
     keep[self._ids_in_base(gone)] = False
-    number = np.cumsum(keep) - 1
+    number = (np.cumsum(keep) - 1).astype(np.int32)  # 32-bit throughout: 1M documents in ~1 GB
     n_keep = int(keep.sum())
     live = keep[b.pdoc]
-    tid_old = np.repeat(np.arange(len(b.keys)), np.diff(b.off))[live]
-    tid = np.concatenate([tid_old, np.frombuffer(new.tid, np.int64)])
-    doc = np.concatenate([number[b.pdoc[live]], np.frombuffer(new.doc, np.int64) + n_keep])
-    tf = np.concatenate([b.ptf[live], np.frombuffer(new.tf, np.int64)])
+    tid_old = np.repeat(np.arange(len(b.keys), dtype=np.int32), np.diff(b.off))[live]
+    tid = np.concatenate([tid_old, np.frombuffer(new.tid, np.int32)])
+    doc = np.concatenate([number[b.pdoc[live]], np.frombuffer(new.doc, np.int32) + n_keep])
+    tf = np.concatenate([b.ptf[live], np.frombuffer(new.tf, np.int32)])
     ids = [i.decode() for i in b.ids[keep].tolist()] + new.ids
     lens = np.concatenate(
-        [b.lens[keep], np.frombuffer(new.lens, np.int64).reshape(-1, len(self.fields))]
+        [b.lens[keep], np.frombuffer(new.lens, np.int32).reshape(-1, len(self.fields))]
     )
     kw = {
         k: np.concatenate([b.kw[k][keep], np.asarray(new.kw[k], np.int32)]) for k in self.keywords
