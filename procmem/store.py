@@ -73,19 +73,19 @@ class BadRowWarning(UserWarning):
 class ReadOnlyWarning(UserWarning):
     "The store is read-only, so something that would have been recorded was not."
 
-# %% ../nbs/02_store.ipynb #3c4044a7
+# %% ../nbs/02_store.ipynb #0853cc9f
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS memories(id TEXT PRIMARY KEY, rev INTEGER NOT NULL, fingerprint TEXT NOT NULL,
   source_type TEXT NOT NULL, domain TEXT NOT NULL, created_at TEXT NOT NULL, data TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS memories_rev ON memories(rev);
-CREATE UNIQUE INDEX IF NOT EXISTS memories_fingerprint ON memories(fingerprint, source_type = 'failure');
+CREATE UNIQUE INDEX IF NOT EXISTS memories_meaning ON memories(fingerprint, source_type = 'failure', domain);
 CREATE TABLE IF NOT EXISTS tombstones(id TEXT PRIMARY KEY, rev INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS tombstones_rev ON tombstones(rev);
 CREATE TABLE IF NOT EXISTS events(seq INTEGER PRIMARY KEY AUTOINCREMENT, at TEXT NOT NULL, kind TEXT NOT NULL,
   ids TEXT NOT NULL, detail TEXT NOT NULL);
 """
-STORE_FORMAT = 1  # the on-disk schema version this code writes
+STORE_FORMAT = 2  # the on-disk schema version this code writes (2: fingerprints unique per domain)
 
 # %% ../nbs/02_store.ipynb #a45f6d8c
 QUICK_CHECK_MAX_BYTES = 8 * 2**20  # page-check files up to this size when opening them
@@ -311,20 +311,39 @@ def _read(self: MemoryStore):
         finally:
             self._con.execute("COMMIT")
 
-# %% ../nbs/02_store.ipynb #517a105f
+# %% ../nbs/02_store.ipynb #65af9d26
 @patch
 def _init_schema(self: MemoryStore):
     """Create the tables and the identity rows if they are missing; refuse a store from a newer
     procmem."""
+    with self._read() as c:
+        newer = _stored_format(c) > STORE_FORMAT
+    if newer:
+        self._check_format()  # refuses (and closes) before anything is changed
     with self._write() as c:
-        for stmt in _SCHEMA.split(";"):
-            if stmt.strip():
-                c.execute(stmt)
-        for k, v in _SCHEMA_ROWS + (("store_id", str(uuid.uuid4())),):
-            c.execute("INSERT OR IGNORE INTO meta(key, value) VALUES (?, ?)", (k, v))
+        _create_or_migrate(c)
     if self.path is not None:
         self._con.execute("PRAGMA journal_mode=WAL")
-    self._check_format()
+
+
+def _stored_format(c) -> int:
+    "The format number recorded in the store (0 when it has no meta table yet)."
+    if not c.execute("SELECT 1 FROM sqlite_master WHERE name='meta'").fetchone():
+        return 0
+    row = c.execute("SELECT value FROM meta WHERE key='format'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _create_or_migrate(c):
+    "Create what is missing; move a format-1 store to the current format (looser meaning key)."
+    for stmt in _SCHEMA.split(";"):
+        if stmt.strip():
+            c.execute(stmt)
+    c.execute("DROP INDEX IF EXISTS memories_fingerprint")  # format 1: unique per polarity only
+    for k, v in _SCHEMA_ROWS + (("store_id", str(uuid.uuid4())),):
+        c.execute("INSERT OR IGNORE INTO meta(key, value) VALUES (?, ?)", (k, v))
+    c.execute("UPDATE meta SET value=? WHERE key='format' AND CAST(value AS INTEGER) < ?",
+              (str(STORE_FORMAT), STORE_FORMAT))
 
 
 @patch
@@ -431,9 +450,9 @@ def _log(self: MemoryStore, c, kind: str, ids, **detail):
         (utc_now(), kind, json.dumps(list(ids)), detail),
     )
 
-# %% ../nbs/02_store.ipynb #a3a24f37
+# %% ../nbs/02_store.ipynb #c4ec2970
 _SAME_MEANING = (
-    "SELECT id, data FROM memories WHERE fingerprint=? AND (source_type = 'failure') = ?"
+    "SELECT id, data FROM memories WHERE fingerprint=? AND (source_type = 'failure') = ? AND domain=?"
 )
 _INSERT = (
     "INSERT INTO memories(id, rev, fingerprint, source_type, domain, created_at, data) "
@@ -454,7 +473,7 @@ def _insert(self: MemoryStore, c, item: MemoryItem, take_rev) -> str:
         raise StoreConflictError(
             f"id {item.id!r} already holds a different memory; use update() to change it"
         )
-    row = c.execute(_SAME_MEANING, (fp, item.source_type == "failure")).fetchone()
+    row = c.execute(_SAME_MEANING, (fp, item.source_type == "failure", item.domain)).fetchone()
     if row:
         existing = self._load_strict(row[0], row[1]).confirm()
         c.execute(
@@ -469,7 +488,7 @@ def _insert(self: MemoryStore, c, item: MemoryItem, take_rev) -> str:
     c.execute("DELETE FROM tombstones WHERE id=?", (item.id,))
     return "added"
 
-# %% ../nbs/02_store.ipynb #bf2c9ab4
+# %% ../nbs/02_store.ipynb #3b28a303
 @patch
 def add(self: MemoryStore, item: MemoryItem) -> MemoryItem:
     """Store `item` durably; an item with the same fingerprint is confirmed instead. Returns the
@@ -479,7 +498,7 @@ def add(self: MemoryStore, item: MemoryItem) -> MemoryItem:
     item.validate()
     with self._write() as c:
         status = self._insert(c, item, lambda: self._next_rev(c))
-        row = c.execute(_SAME_MEANING, (item.fingerprint, item.source_type == "failure")).fetchone()
+        row = c.execute(_SAME_MEANING, (item.fingerprint, item.source_type == "failure", item.domain)).fetchone()
         stored = self._load_strict(row[0], row[1])
         if status != "unchanged":
             self._log(c, "add" if status == "added" else "confirm", [stored.id])
@@ -575,7 +594,7 @@ def add_many(self: MemoryStore, items) -> dict:
             self._log(c, "add_many", ids, **counts)
     return counts
 
-# %% ../nbs/02_store.ipynb #c46ba5be
+# %% ../nbs/02_store.ipynb #29bbb549
 _INDEXED = (
     "title",
     "description",
@@ -592,7 +611,8 @@ _UPDATE = (
     "WHERE id=?"
 )
 _SAME_MEANING_ELSEWHERE = (
-    "SELECT id FROM memories WHERE fingerprint=? AND (source_type = 'failure') = ? AND id<>?"
+    "SELECT id FROM memories WHERE fingerprint=? AND (source_type = 'failure') = ? AND domain=? "
+    "AND id<>?"
 )
 
 
@@ -604,11 +624,11 @@ def _row_for_write(self: MemoryStore, c, id: str) -> tuple[MemoryItem, int]:
         raise MemoryNotFoundError(f"no memory has id {id!r}; use add() for new memories")
     return self._load_strict(id, row[0]), row[1]
 
-# %% ../nbs/02_store.ipynb #17cde7dc
+# %% ../nbs/02_store.ipynb #6dcab5fb
 @patch
 def _rewrite(self: MemoryStore, c, old: MemoryItem, old_rev: int, new: MemoryItem, kind: str):
     "Write `new` over `old` (same id) inside a write transaction: conflict check, revision, event."
-    args = (new.fingerprint, new.source_type == "failure", new.id)
+    args = (new.fingerprint, new.source_type == "failure", new.domain, new.id)
     other = c.execute(_SAME_MEANING_ELSEWHERE, args).fetchone()
     if other:
         raise StoreConflictError(f"memory {other[0]!r} already has this title and content")
@@ -1033,7 +1053,7 @@ def _read_damaged(path: Path) -> tuple[list, list, bool]:
     finally:
         con.close()
 
-# %% ../nbs/02_store.ipynb #8d903fb2
+# %% ../nbs/02_store.ipynb #d93df249
 def _split_rows(rows) -> tuple[list[MemoryItem], list[str]]:
     "(items that read and validate, ids of rows that do not), first row per id and fingerprint."
     items, bad, seen = [], [], set()
@@ -1043,7 +1063,7 @@ def _split_rows(rows) -> tuple[list[MemoryItem], list[str]]:
         except (ValueError, TypeError):
             bad.append(str(id))
             continue
-        key = (m.fingerprint, m.source_type == "failure")
+        key = (m.fingerprint, m.source_type == "failure", m.domain)
         if m.id not in seen and key not in seen:
             items.append(m)
         seen |= {m.id, key}
