@@ -653,13 +653,13 @@ def search(
     scores.update(zip(ids, sc.tolist()))
     return sorted(((i, s) for i, s in scores.items() if s > min_score), key=_rank_key)[:k]
 
-# %% ../nbs/03_index.ipynb #4169bcad
+# %% ../nbs/03_index.ipynb #5a695e78
 class _NewDocs:
     "Documents for a new base, collected as compact postings (key number, document, tf)."
 
     def __init__(self, keys: list, n_fields: int, kwvals: dict):
         self.keys, self.key_id = keys, {k: i for i, k in enumerate(keys)}
-        self.tid, self.doc, self.tf = array("i"), array("i"), array("i")  # 4 bytes each, unlike lists
+        self.tid, self.doc, self.tf = array("i"), array("i"), array("i")  # 4 bytes each (lists: 36)
         self.ids, self.lens, self.n_fields = [], array("i"), n_fields
         self.kwvals = kwvals  # keyword -> list of values (codes are positions)
         self.kw_code = {k: {v: i for i, v in enumerate(vs)} for k, vs in kwvals.items()}
