@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import fastcore.test as ft
-from procmem import MemoryItem, MemoryStore
+from procmem import MemoryItem, MemoryStore, retrieve_memories
 from procmem import store as store_mod
 from procmem.store import (BadRowError, BadRowWarning, ExportRefusedError, ReadOnlyWarning, StoreReadOnlyError,
                            validate_store)
@@ -40,6 +40,8 @@ def test_readonly_store_reads_searches_exports_and_writes_nothing(tmp_path):
             assert hits[0][0].id == "m07"
             s.record_access(["m07"])  # what retrieve_memories(record=True) calls
             assert s.get("m07").access_count == 0 and s.unrecorded_accesses == 1
+            got = retrieve_memories(s, "Procedure 7 for widget7: widget7 tasks", record=True)
+            assert got and got[0].id == "m07" and s.get("m07").access_count == 0
             for write in (lambda: s.add(MemoryItem("x", content="y")), lambda: s.record_outcome(["m07"], True),
                           lambda: s.update(s.get("m07")), lambda: s.modify("m07", lambda m: m), lambda: s.delete("m07")):
                 ft.test_fail(write, contains="store opened read-only")
