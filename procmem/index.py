@@ -575,7 +575,25 @@ def _bound(
         return low  # decided, or hopeless: skip the exact scores
     return _kth(self._full(acc, top, terms, m, avg)[1], best_ov, k)
 
-# %% ../nbs/03_index.ipynb #c974bd92
+# %% ../nbs/03_index.ipynb #5fc20dd3
+@patch
+def _finish(self: BM25Index, acc, cands, terms: list, m: int, avg: dict, rest: list, theta: float,
+            touched: list) -> tuple:
+    """(sorted docs, exact scores) of the candidates that can reach `theta`: the remaining terms are
+    added one at a time, dropping after each the candidates that can no longer reach it."""
+    cands = cands[acc[cands] + rest[m] >= theta]
+    for j in range(m, len(terms)):
+        if not len(cands):
+            break
+        if terms[j][5] - terms[j][4] < 4 * len(cands):  # a short posting list: add it whole
+            touched.append(self._add_term(acc, terms[j], avg))
+        else:  # many postings, few candidates: binary search for the candidates
+            acc[cands] += self._score_docs(cands, terms[j : j + 1], avg)
+        cands = cands[acc[cands] + rest[j + 1] >= theta]
+    cands = np.sort(cands)
+    return cands, acc[cands]
+
+# %% ../nbs/03_index.ipynb #2eabcf24
 @patch
 def _base_scores(
     self: BM25Index, plan: list, avg: dict, k: int, filters: dict, ov_scores: dict
@@ -600,7 +618,7 @@ def _base_scores(
             theta = self._bound(acc, cands, terms, m, k, avg, best_ov, rest[m]) * (1 - _TIE)
             if rest[m] < theta:
                 break  # no document outside `cands` can reach the top k
-        return self._full(acc, cands[acc[cands] + rest[m] >= theta], terms, m, avg)
+        return self._finish(acc, cands, terms, m, avg, rest, theta, touched)
     finally:
         for pd in touched:
             acc[pd] = 0
