@@ -295,8 +295,8 @@ def test_different_domains_are_never_merged(store, pack):
     assert stored.id == "web-copy" and store.get(pack[1].id).confidence == 0.1 and len(store) == 8
 
 
-@pytest.mark.xfail(strict=False, reason="the store confirms a same-fingerprint memory of another domain (request D->A)")
 def test_identical_text_in_another_domain_is_not_merged(store, pack):
+    "The same words learned in another domain are a memory of that domain (the store keys meaning by domain too)."
     same = dataclasses.replace(copy.deepcopy(pack[1]), id="web-same", domain="web")
     stored = apply_gate(run_gates(same, store), same, store)
     assert stored.id == "web-same" and store.get(pack[1].id).confidence == 0.1
