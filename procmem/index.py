@@ -231,7 +231,7 @@ def _set_base(self: BM25Index, base, meta: dict):
     self._base, self.meta = base, dict(meta)
     self._reset_overlay()
 
-# %% ../nbs/03_index.ipynb #4d66db09
+# %% ../nbs/03_index.ipynb #9766eda1
 @patch
 def _file_sig(self: BM25Index):
     "The identity of the index file (inode, mtime, size), or None when it does not exist."
@@ -252,6 +252,10 @@ def _open(self: BM25Index):
         return
     self._sig = self._file_sig()
     if self._sig is None:
+        return
+    if not self.path.is_file():  # not ours to replace: keep this index in memory only
+        self.writable = False
+        self.damaged = f"search index {self.path} is not a file; the index is kept in memory"
         return
     try:
         self._set_base(*_read_base(self.path, self.keywords))

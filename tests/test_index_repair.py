@@ -132,3 +132,80 @@ def test_lock_file_is_beside_the_index_and_repair_deletes_nothing(tmp_path):
     s._rebuild_index()
     assert lock.stat().st_ino == lock_inode  # the rebuild swapped the index file, never the lock
     assert sorted(p.name for p in tmp_path.iterdir() if "index" in p.name) == [ixf.name, lock.name]
+
+
+# ---------------------------------------------------------------- every kind of damage to the one index file
+
+def _garbage(f, db):
+    f.write_bytes(random.Random(4).randbytes(300))
+
+
+def _empty(f, db):
+    f.write_bytes(b"")
+
+
+def _truncated(f, db):
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+
+
+def _garbled_middle(f, db):  # header intact: only the checksum can tell
+    b = bytearray(f.read_bytes())
+    n = len(b)
+    b[n // 2 : n // 2 + 64] = random.Random(8).randbytes(64)
+    f.write_bytes(bytes(b))
+
+
+def _header_not_json(f, db):
+    b = f.read_bytes()
+    f.write_bytes(b[:23] + b"{{{ not json" + b[35:])
+
+
+def _missing(f, db):
+    f.unlink()
+
+
+def _another_stores_index(f, db):  # a valid index file, of another store
+    other = db.parent / "other.db"
+    with MemoryStore(other) as o:
+        o.add_many([MemoryItem(f"Unrelated {i} thing", "x", "1. y") for i in range(50)])
+        o.sync_index(flush=True)
+    f.write_bytes(Path(str(other) + "-index.bm25").read_bytes())
+
+
+DAMAGE = [_garbage, _empty, _truncated, _garbled_middle, _header_not_json, _missing, _another_stores_index]
+
+
+@pytest.mark.parametrize("damage", DAMAGE, ids=[f.__name__.strip("_") for f in DAMAGE])
+def test_damaged_index_file_is_rebuilt(tmp_path, damage):
+    db = tmp_path / "m.db"
+    with MemoryStore(db) as s:
+        s.add_many([MemoryItem(f"Procedure {i} for widget{i}", "desc", f"step {i}") for i in range(1500)])
+    f = Path(str(db) + "-index.bm25")
+    damage(f, db)
+    with MemoryStore(db) as s:
+        for i in (0, 7, 42, 777, 1499):
+            hits = s.search(f"widget{i}", k=3)
+            assert hits and hits[0][0].title == f"Procedure {i} for widget{i}", (i, hits)
+        assert len(s._index()) == len(s) == 1500
+        m = s.add(MemoryItem("Fresh memory about gizmos", content="1. gizmo"))
+        assert s.search("gizmos")[0][0].id == m.id
+        s.sync_index(flush=True)
+    with MemoryStore(db) as s:  # the rebuilt file is reused as it is
+        ix = s._index()
+        assert ix.damaged is None and len(ix) == 1501 and ix.meta["rev"] == s.rev
+        assert s.search("widget42")[0][0].title == "Procedure 42 for widget42"
+
+
+def test_a_directory_in_place_of_the_index_file_is_left_alone(tmp_path):
+    db = tmp_path / "m.db"
+    with MemoryStore(db) as s:
+        s.add_many([MemoryItem(f"Procedure {i} for widget{i}", "desc", f"step {i}") for i in range(100)])
+    f = Path(str(db) + "-index.bm25")
+    f.unlink()
+    f.mkdir()
+    (f / "precious.txt").write_text("not procmem's")
+    with MemoryStore(db) as s:
+        assert s.search("widget42")[0][0].title == "Procedure 42 for widget42"
+        s.sync_index(flush=True)
+        assert "is not a file" in s._index().damaged
+    assert (f / "precious.txt").read_text() == "not procmem's" and f.is_dir()
