@@ -305,8 +305,9 @@ def md_examples(tasks) -> list[str]:
 FLOOR_INTRO = """\
 `retrieve_memories(store, task, k=3, min_relevance=x, record=False)`: a hit's relevance is the
 larger of the task-side share (BM25 score ÷ the task's IDF mass ÷ 0.85) and the memory-side share
-(IDF share of the memory's indexed terms found in the task, counted from 3 shared terms on); the
-floor is applied to the top 20 BM25 hits (see `nbs/04_retrieval.ipynb`). The old floor is the one before
+(IDF share of the memory's indexed terms found close together in the task, within 3 tokens per
+memory term, counted from 3 shared terms on); the floor is applied to the top 20 BM25 hits (see
+`nbs/04_retrieval.ipynb`). The old floor is the one before
 issue 6: the top-3 BM25 hits whose score ÷ the task's IDF mass is ≥ 0.25.
 
 Query groups: **short task** = a WebArena intent; **long task** = the same intent inside one of 12
@@ -323,7 +324,8 @@ Held out honestly: WebArena templates, wrappers and unrelated sources are each h
 "heldout" (`long_tasks.split_of`); a held-out long task has a held-out template AND a held-out
 wrapper. The default floor 0.4 was chosen on the tune split of the intent+template documents
 (highest worst ratio to the targets; "best on tune" below is that choice per variant), and so were
-3 shared terms, 20 candidates and the task-side scale 0.85 (among the scales that keep the
+3 shared terms, 20 candidates, the window of 3 tokens per memory term (2 tied on the worst ratio;
+the wider one assumes less about how compact a request is) and the task-side scale 0.85 (among the scales that keep the
 contract tests' short queries working, the one with the best short-query rates on tune; the long
 groups did not change with it on tune).
 """
