@@ -125,3 +125,14 @@ def test_a_task_mentioning_the_heading_is_not_truncated():
     task = (f"The prompt shows the heading '{INJECT_HEADING}' twice.\n{INJECT_HEADING}\n"
             "Steps to reproduce: run the agent with two memories, then look at the prompt.")
     assert strip_injected_memories(task) == task
+
+def test_strip_is_fast_on_adversarial_text():
+    "Untrusted text (a web page in a trajectory) full of look-alike markers costs linear time, not quadratic."
+    import time
+    texts = [(INJECT_HEADING + "\n" + INJECT_INSTRUCTION[:70] + " x\n") * 15_000,
+             (INJECT_OPEN.format("1" * 12) + " a ") * 20_000 + (INJECT_CLOSE.format("1" * 12) + "x") * 20_000,
+             (INJECT_HEADING + " ") * 100_000]
+    for text in texts:
+        t0 = time.perf_counter()
+        assert strip_injected_memories(text) == text
+        assert time.perf_counter() - t0 < 2.0  # ~0.05 s here; the first version took minutes on these
