@@ -135,4 +135,4 @@ def test_strip_is_fast_on_adversarial_text():
     for text in texts:
         t0 = time.perf_counter()
         assert strip_injected_memories(text) == text
-        assert time.perf_counter() - t0 < 2.0  # ~0.05 s here; the first version took minutes on these
+        assert time.perf_counter() - t0 < 2.0  # ~0.05 s here; a quadratic scan took 0.4 s on a fifth of the first
