@@ -43,7 +43,9 @@ def load_tasks():
     "The WebArena tasks, without the 9 that repeat an earlier task's intent verbatim (they differ only in start page)."
     seen, out = set(), []
     for t in json.loads((DATA / "webarena" / "tasks_dev.json").read_text()):
-        if t["intent"] not in seen: seen.add(t["intent"]); out.append(t)
+        if t["intent"] not in seen:
+            seen.add(t["intent"])
+            out.append(t)
     return out
 
 def generic(template: str) -> str:
@@ -71,17 +73,23 @@ def metrics(ranked: list[str], rel: set[str]) -> dict:
     return dict(mrr10=rr, ndcg10=dcg / idcg, recall3=len(set(ranked[:3]) & rel) / min(3, len(rel)),
                 hit1=float(bool(ranked[:1]) and ranked[0] in rel))
 
-def mean_metrics(ms: list[dict]) -> dict: return {k: statistics.fmean(m[k] for m in ms) for k in ms[0]}
+def mean_metrics(ms: list[dict]) -> dict:
+    return {k: statistics.fmean(m[k] for m in ms) for k in ms[0]}
 
 # ---------------------------------------------------------------- engines (leave-one-out: docs exclude the query)
 
 def build_store(mems: list[MemoryItem]) -> MemoryStore:
-    s = MemoryStore(); s.add_many(mems); s.sync_index(flush=True); return s
+    s = MemoryStore()
+    s.add_many(mems)
+    s.sync_index(flush=True)
+    return s
 
 def rank_store(mems, query, k=10):
     s = build_store(mems)
-    try: return [m.id for m, _ in s.search(query, k)]
-    finally: s.close()
+    try:
+        return [m.id for m, _ in s.search(query, k)]
+    finally:
+        s.close()
 
 def rank_bm25okapi(mems, query, k=10, stem=True, **params):
     toks = [tokenize(memory_text(m), stem=stem) for m in mems]
@@ -91,7 +99,8 @@ def rank_bm25okapi(mems, query, k=10, stem=True, **params):
 
 def rank_index(mems, query, k=10, stem=True):
     ix = BM25Index()
-    ix.add_many((m.id, tokenize(memory_text(m), stem=stem)) for m in mems); ix.flush()
+    ix.add_many((m.id, tokenize(memory_text(m), stem=stem)) for m in mems)
+    ix.flush()
     return [i for i, _ in ix.search(tokenize(query, stem=stem), k)]
 
 ENGINES = {
