@@ -2,7 +2,7 @@
 raises `NotAStoreError`, a damaged procmem store raises `StoreDamagedError`, and in both cases the
 file keeps its bytes and no file appears next to it (no rename, no -wal/-shm). Only `repair_store`
 (CLI `procmem repair`) moves a damaged store aside, salvaging every readable row into a fresh store."""
-import hashlib, os, random, shutil, sqlite3, warnings
+import hashlib, os, random, sqlite3, warnings
 from pathlib import Path
 
 import pytest
