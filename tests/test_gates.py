@@ -352,3 +352,43 @@ def test_wrong_types_raise_clear_errors(store, pack):
     with pytest.raises(ValueError, match="min_generalization must be a number in"): run_gates(m, store, min_generalization=-0.1)
     with pytest.raises(ValueError, match="action must be one of"): DedupDecision("drop")
     with pytest.raises(ValueError, match="action must be one of"): GateResult("drop")
+
+
+# ---------------------------------------------------------------- merges never lose a concurrent outcome
+
+def _record(path, mid, n):
+    s = MemoryStore(path)
+    for i in range(n):
+        s.record_outcome([mid], i % 2 == 0)
+    s.close()
+
+
+def _merge(path, mid, n):
+    s = MemoryStore(path)
+    for i in range(n):
+        twin = dataclasses.replace(copy.deepcopy(s.get(mid)), id=f"twin-{i}", task_query=f"list the subclasses {i}")
+        r = run_gates(twin, s)
+        assert r.action == "merge", r
+        apply_gate(r, twin, s)
+    s.close()
+
+
+def test_merges_do_not_lose_concurrent_outcomes(tmp_path, pack):
+    "Issue 6 points 1/13: a merge is one atomic read-modify-write, so outcomes recorded meanwhile all count."
+    import multiprocessing as mp
+    path = tmp_path / "m.db"
+    s = MemoryStore(path)
+    s.add_many(pack)
+    s.close()
+    mid, per = pack[1].id, 150
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_record, args=(path, mid, per)) for _ in range(2)]
+    procs.append(ctx.Process(target=_merge, args=(path, mid, 40)))
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    got = MemoryStore(path).get(mid)
+    assert (got.use_count, got.success_count, got.failure_count) == (2 * per, per, per)
+    assert got.confidence == 1.0 and len(got.example_queries) == 5  # 40 confirmations, capped
