@@ -12,8 +12,8 @@ from .store import MemoryStore
 from .index import BM25Index, bm25_idf, memory_text
 
 # %% auto #0
-__all__ = ['MIN_SHARED_TERMS', 'WINDOW_PER_TERM', 'TASK_SIDE_SCALE', 'DEFAULT_MIN_RELEVANCE', 'DEFAULT_CANDIDATES',
-           'memory_side_share', 'hit_relevance', 'retrieve_memories']
+__all__ = ['MIN_SHARED_TERMS', 'WINDOW_PER_TERM', 'WHOLE_PART_MIN_TERMS', 'TASK_SIDE_SCALE', 'DEFAULT_MIN_RELEVANCE',
+           'DEFAULT_CANDIDATES', 'memory_side_share', 'memory_side', 'hit_relevance', 'retrieve_memories']
 
 # %% ../nbs/04_retrieval.ipynb #6b47c629
 def _term_counts(query) -> Counter:
@@ -65,33 +65,56 @@ def _best_window(hits: list, width: int, idf) -> tuple[float, int]:
         best = max(best, (len(inside) >= MIN_SHARED_TERMS, mass, len(inside)))
     return best[1], best[2]
 
-# %% ../nbs/04_retrieval.ipynb #a5861e55
+# %% ../nbs/04_retrieval.ipynb #6038ca8a
 WINDOW_PER_TERM = 3  # the window of the memory side: this many task tokens per memory term
 
 
-def memory_side_share(m: MemoryItem, task, idf) -> tuple[float, int]:
-    "IDF share of `m`'s terms found close together in `task` (text or tokens), and their count."
-    terms = set(tokenize(memory_text(m)))
+def _terms_share(terms: set, tokens: list, idf) -> tuple[float, int]:
+    "IDF share of `terms` found close together in `tokens`, and how many distinct ones that is."
     mass = sum(idf(t) for t in terms)
     if not mass:
         return 0.0, 0
-    tokens = tokenize(task) if isinstance(task, str) else task
     hits = [(i, t) for i, t in enumerate(tokens) if t in terms]
     shared, n = _best_window(hits, max(WINDOW_PER_TERM * len(terms), 8), idf)
     return shared / mass, n
 
-# %% ../nbs/04_retrieval.ipynb #5d8bf8dc
-TASK_SIDE_SCALE = 0.85  # the task-side share is divided by this (0.34 of a task counts as 0.4)
+
+def memory_side_share(m: MemoryItem, task, idf) -> tuple[float, int]:
+    "IDF share of `m`'s terms found close together in `task` (text or tokens), and their count."
+    tokens = tokenize(task) if isinstance(task, str) else task
+    return _terms_share(set(tokenize(memory_text(m))), tokens, idf)
+
+# %% ../nbs/04_retrieval.ipynb #34f8d1e5
+WHOLE_PART_MIN_TERMS = 2  # a title or description this many terms long counts when all are found
+
+
+def _part_counts(n: int, n_terms: int) -> bool:
+    "Whether `n` shared distinct terms of a part of `n_terms` are evidence, not chance."
+    return n >= MIN_SHARED_TERMS or n == n_terms >= WHOLE_PART_MIN_TERMS
+
+
+def memory_side(m: MemoryItem, task, idf) -> float:
+    "The best share of `m`'s whole text, title or description found close together in `task`."
+    tokens = tokenize(task) if isinstance(task, str) else task
+    best = 0.0
+    for text in (memory_text(m), m.title, m.description):
+        terms = set(tokenize(text))
+        share, n = _terms_share(terms, tokens, idf)
+        if _part_counts(n, len(terms)):
+            best = max(best, share)
+    return best
+
+# %% ../nbs/04_retrieval.ipynb #460a2b15
+TASK_SIDE_SCALE = 0.68  # the task-side share is divided by this (0.34 of a task counts as 0.5)
 
 
 def hit_relevance(m: MemoryItem, score: float, task_mass: float, task_tokens: list, idf) -> float:
-    "Relevance of hit `m` (BM25 `score`): the larger of the task-side and memory-side shares."
+    "Relevance of hit `m` (BM25 `score`) in [0, 1]: the larger of the task and memory sides."
     task_side = score / task_mass / TASK_SIDE_SCALE if task_mass else 0.0
-    share, shared = memory_side_share(m, task_tokens, idf)
-    return max(task_side, share if shared >= MIN_SHARED_TERMS else 0.0)
+    return min(1.0, max(task_side, memory_side(m, task_tokens, idf)))
 
-# %% ../nbs/04_retrieval.ipynb #f4060c98
-DEFAULT_MIN_RELEVANCE = 0.4  # relevance (see hit_relevance) below which a hit is dropped
+# %% ../nbs/04_retrieval.ipynb #799c75ed
+DEFAULT_MIN_RELEVANCE = 0.5  # relevance (see hit_relevance) below which a hit is dropped
 DEFAULT_CANDIDATES = 20  # BM25 hits the floor is applied to before the first k are kept
 
 

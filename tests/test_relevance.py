@@ -129,11 +129,39 @@ def test_memory_side_needs_three_shared_terms_close_together(store):
     share, n = memory_side_share(m, ["subclass", "list"], idf)
     assert n == 2 and share > 0.3
     assert hit_relevance(m, 0.0, 10.0, ["subclass", "list"], idf) == 0.0  # two words: chance
-    share3, _ = memory_side_share(m, ["subclass", "list", "class"], idf)
-    assert hit_relevance(m, 0.0, 10.0, ["subclass", "list", "class"], idf) == share3
+    share3, _ = memory_side_share(m, ["subclass", "list", "hierarchi"], idf)
+    assert 0 < share3 < 1
+    assert hit_relevance(m, 0.0, 10.0, ["subclass", "list", "hierarchi"], idf) == share3
+    # all of the description ("List the subclasses of a class.") close together: the whole part
+    assert hit_relevance(m, 0.0, 10.0, ["subclass", "list", "class"], idf) == 1.0
     far = ["subclass"] + ["filler"] * 100 + ["list"] + ["filler"] * 100 + ["class"]
     assert memory_side_share(m, far, idf)[1] == 1  # scattered over a long text: no evidence
     assert hit_relevance(m, 0.0, 10.0, far, idf) == 0.0
+
+
+PRICE = MemoryItem("Reduce the Price of the Green Hollister Backyard Sweater in Size 5",
+                   "Reduce the price of a product in one size.",
+                   "1. Catalog > Products\n2. Open the product\n3. Edit the price of the size",
+                   tags=["catalog"])
+
+
+def test_long_task_restating_a_memory_description_finds_it():
+    "The memory's specifics (a sweater) are absent, its description is there: relevant."
+    s = MemoryStore()
+    s.add_many(MEMORIES + [PRICE])
+    task = TICKET.format("Reduce the price of the Sahara leggings in size 28 by 13%.")
+    got = retrieve_memories(s, task, record=False, with_scores=True)
+    assert [m.title for m, _ in got] == [PRICE.title]  # C's floor (whole text only): []
+    assert DEFAULT_MIN_RELEVANCE <= got[0][1] <= 1.0
+    odd = TICKET.format("What is the size of the Sahara desert, and the price of water there?")
+    assert retrieve_memories(s, odd, record=False) == []
+    s.close()
+
+
+def test_relevance_is_between_zero_and_one(store):
+    task = "subclasses subclasses subclasses of the class, list the subclasses"
+    got = retrieve_memories(store, task, k=5, min_relevance=0, with_scores=True, record=False)
+    assert got and all(0.0 <= r <= 1.0 for _, r in got)
 
 
 def test_floor_zero_and_candidates(store):
