@@ -33,7 +33,8 @@ OLD_FLOOR = 0.25  # the floor before issue 6 (score / task IDF mass)
 
 from procmem import MemoryItem, MemoryStore, BM25Index, retrieve_memories, tokenize
 from procmem.index import memory_text
-from procmem.retrieval import DEFAULT_MIN_RELEVANCE, DEFAULT_CANDIDATES, memory_side_share, _idf_lookup
+from procmem.retrieval import DEFAULT_MIN_RELEVANCE, DEFAULT_CANDIDATES
+from procmem.retrieval import memory_side_share, _idf_lookup
 from long_tasks import long_tasks, split_of, unrelated_texts
 from rank_bm25 import BM25Okapi
 
