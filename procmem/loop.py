@@ -305,7 +305,7 @@ def _run_agent(agent, task: str, block: str) -> tuple[Trajectory, str | None]:
     steps = [Step(action="agent", error=err)]
     return Trajectory(task=task, steps=steps, answer=None, metadata={"agent_error": err}), err
 
-# %% ../nbs/12_loop.ipynb #516e50f9
+# %% ../nbs/12_loop.ipynb #8a79e246
 def _check_run_args(task, agent) -> None:
     "Raise for a task that is not a non-empty string or an agent that is not callable."
     if not isinstance(task, str) or not task.strip():
@@ -326,20 +326,31 @@ def _retrieve_step(
     return scored, injected, format_memories_for_injection(injected, budget_chars=budget)
 
 
+def _stage_cause(learned) -> str | None:
+    "The cause of an extrinsic failure of a learning stage after the verdict (the extractor's)."
+    for e in learned.events:
+        if e.get("kind") == "loop.extract" and e.get("failure_class") == "extrinsic":
+            return e.get("cause")
+    return None
+
+
 def _attribute(store: MemoryStore, traj: Trajectory, injected: list, learned) -> dict:
-    "Credit or blame the injected memories for an attributable verdict; the `loop.outcome` event."
+    """Credit or blame the injected memories for an attributable verdict of a run whose learning
+    stages all worked; the `loop.outcome` event."""
     j = None if learned is None else learned.judgment
-    ok = j is not None and bool(injected) and attributable(j)
+    stage = None if learned is None else _stage_cause(learned)
+    ok = j is not None and bool(injected) and attributable(j) and stage is None
     if ok:
         store.record_outcome([m.id for m in injected], j.is_success)
+    extrinsic = j is not None and (stage is not None or not attributable(j))
     return dict(
         kind="loop.outcome",
         ids=[m.id for m in injected],
         trajectory_id=traj.id,
         attributed=ok,
         success=None if j is None else j.is_success,
-        failure_class=None if j is None else j.failure_class,
-        cause=None if j is None else j.cause,
+        failure_class="extrinsic" if extrinsic else None if j is None else j.failure_class,
+        cause=stage or (None if j is None else j.cause),
     )
 
 # %% ../nbs/12_loop.ipynb #1deabd9c

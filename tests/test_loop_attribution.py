@@ -132,14 +132,16 @@ def test_a_custom_judge_that_raises_blames_nobody(store):
 
 
 def test_an_extractor_error_teaches_nothing_and_says_extrinsic(store):
-    "The judge decided, so the verdict counts; the extractor's backend error only loses the lesson."
+    "An extractor backend error makes the run extrinsic: no lesson and no counter, even after a verdict."
     def failed(artifact, llm=None): return Judgment(False, "the total was never checked", 0.9, failure_class="intrinsic")
     def extractor(artifact, judgment, llm=None, domain=None): raise anthropic.APIConnectionError(request=_REQ)
     r = run_with_memory(TASK, good_agent, store, judge=failed, extractor=extractor)
     assert len(store) == 2 and r.learned.stored == []
     ev = loop_events(store, r.trajectory.id)["loop.extract"]
     assert (ev["failure_class"], ev["cause"]) == ("extrinsic", "network error")
-    assert counters(store, [m.id for m in r.injected]) == [(1, 0, 1)] * len(r.injected)  # the verdict stands
+    assert counters(store, [m.id for m in r.injected]) == [(0, 0, 0)] * len(r.injected)
+    out = loop_events(store, r.trajectory.id)["loop.outcome"]
+    assert (out["attributed"], out["failure_class"], out["cause"]) == (False, "extrinsic", "network error")
 
 
 def test_the_agents_own_failure_still_counts(store):
