@@ -33,6 +33,7 @@ OLD_FLOOR = 0.25  # the floor before issue 6 (score / task IDF mass)
 
 from procmem import MemoryItem, MemoryStore, BM25Index, retrieve_memories, tokenize
 from procmem.index import memory_text
+from procmem.retrieval import idf_mass
 from procmem.retrieval import DEFAULT_MIN_RELEVANCE, DEFAULT_CANDIDATES
 from procmem.retrieval import memory_side_share, _idf_lookup
 from long_tasks import long_tasks, split_of, unrelated_texts
@@ -141,7 +142,7 @@ def short_unrelated(n: int, seed: int = 0) -> dict[str, list[str]]:
 
 def old_floor(store, task: str, floor: float = OLD_FLOOR) -> list[str]:
     "The floor before issue 6: top-3 BM25 hits whose score / the task's IDF mass is >= 0.25."
-    mass = store._index().idf_mass(task)
+    mass = idf_mass(store._index(), task)
     return [m.id for m, s in store.search(task, 3) if mass and s / mass >= floor]
 
 

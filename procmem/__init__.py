@@ -26,8 +26,8 @@ __all__ = [
     "tokenize", "tf_cosine", "jaccard",
     # store
     "MemoryStore", "StoreError", "MemoryNotFoundError", "StoreConflictError", "StoreImportError",
-    "NotAStoreError", "StoreDamagedError", "StoreNotFoundError", "StoreReadOnlyError", "BadRowError",
-    "ExportRefusedError", "read_memory_file", "validate_store", "repair_store",
+    "NotAStoreError", "StoreDamagedError", "StoreNotFoundError", "StoreReadOnlyError",
+    "BadRowError", "ExportRefusedError", "read_memory_file", "validate_store", "repair_store",
     # index and retrieval
     "BM25Index", "IndexDamagedError", "retrieve_memories", "DEFAULT_MIN_RELEVANCE",
     # injection
@@ -45,8 +45,8 @@ __all__ = [
     "AnthropicLLM", "Usage", "LLMError", "PRICES", "DEFAULT_MODEL", "resolve_model",
     # judge and extractor
     "judge_trajectory", "Judgment", "offline_judge", "llm_judge", "ground_truth_judgment",
-    "judge_agreement", "FAILURE_CLASSES", "EXTRINSIC_CAUSES", "attributable", "extract_memories", "extract_memories_contrastive",
-    "Extraction",
+    "judge_agreement", "FAILURE_CLASSES", "EXTRINSIC_CAUSES", "attributable",
+    "extract_memories", "extract_memories_contrastive", "Extraction",
     # gates
     "check_memory_deduplication", "apply_dedup", "DedupDecision", "score_generalization",
     "find_task_leaks", "run_gates", "apply_gate", "GateResult",

@@ -28,7 +28,7 @@ from .loop import learn_from_trajectory, demo_trajectories
 from .llm import AnthropicLLM, resolve_model
 
 # %% auto #0
-__all__ = ['MAX_K', 'DEMO_TASKS', 'COMMANDS', 'UsageError', 'default_store_path', 'open_store', 'build_parser', 'store_stats',
+__all__ = ['MAX_K', 'DEMO_TASKS', 'UsageError', 'default_store_path', 'open_store', 'build_parser', 'store_stats',
            'learn_summary', 'main']
 
 # %% ../nbs/13_cli.ipynb #806be926
@@ -700,8 +700,8 @@ def _cmd_demo(args) -> int:
     )
     return 0
 
-# %% ../nbs/13_cli.ipynb #80e65f04
-COMMANDS = dict(
+# %% ../nbs/13_cli.ipynb #fd43b9f3
+_COMMANDS = dict(
     add=_cmd_add,
     search=_cmd_search,
     show=_cmd_show,
@@ -757,19 +757,19 @@ def _say_warnings(caught) -> None:
             " them",
         )
 
-# %% ../nbs/13_cli.ipynb #7127070d
+# %% ../nbs/13_cli.ipynb #ed1dced8
 def _run(argv) -> int:
     "Parse `argv` and run the command, its warnings printed as one line each."
     args = build_parser().parse_args(argv)
     if args.command is None:
         raise UsageError(
-            f"missing command; use one of {', '.join(sorted(COMMANDS))} (procmem --help)"
+            f"missing command; use one of {', '.join(sorted(_COMMANDS))} (procmem --help)"
         )
     _check_text_args(args)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            code = COMMANDS[args.command](args)
+            code = _COMMANDS[args.command](args)
         finally:
             _say_warnings(caught)
     sys.stdout.flush()

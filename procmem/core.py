@@ -10,8 +10,8 @@ from datetime import datetime, timezone
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['SOURCE_TYPES', 'SCHEMA_VERSION', 'LIMITS', 'MemoryValidationError', 'utc_now', 'parse_timestamp', 'normalize_text',
-           'content_fingerprint', 'MemoryItem']
+__all__ = ['SOURCE_TYPES', 'SCHEMA_VERSION', 'LIMITS', 'MemoryValidationError', 'normalize_text', 'content_fingerprint',
+           'utc_now', 'parse_timestamp', 'MemoryItem']
 
 # %% ../nbs/00_core.ipynb #ba21135c
 SOURCE_TYPES = ("success", "failure", "seed", "contrastive")  # where a memory came from
@@ -40,17 +40,6 @@ class MemoryValidationError(ValueError):
         self.field = field_name
         super().__init__(f"MemoryItem.{field_name}: {problem}")
 
-# %% ../nbs/00_core.ipynb #fa18d389
-def utc_now() -> str:
-    "The current time as an ISO-8601 UTC string with seconds."
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-# %% ../nbs/00_core.ipynb #da64448f
-def parse_timestamp(s: str) -> datetime:
-    "Parse an ISO-8601 timestamp (a trailing 'Z' allowed); naive times are taken as UTC."
-    d = datetime.fromisoformat(s[:-1] + "+00:00" if s.endswith(("Z", "z")) else s)
-    return d if d.tzinfo else d.replace(tzinfo=timezone.utc)
-
 # %% ../nbs/00_core.ipynb #8c51ddc7
 def normalize_text(s: str) -> str:
     "NFKC, case-fold and collapse whitespace: the canonical form used for fingerprints and scans."
@@ -61,6 +50,17 @@ def content_fingerprint(title: str, content: str) -> str:
     "A 32-hex-digit hash of the normalised title and content."
     key = f"{normalize_text(title)}\x1f{normalize_text(content)}"
     return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+# %% ../nbs/00_core.ipynb #fa18d389
+def utc_now() -> str:
+    "The current time as an ISO-8601 UTC string with seconds."
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+# %% ../nbs/00_core.ipynb #da64448f
+def parse_timestamp(s: str) -> datetime:
+    "Parse an ISO-8601 timestamp (a trailing 'Z' allowed); naive times are taken as UTC."
+    d = datetime.fromisoformat(s[:-1] + "+00:00" if s.endswith(("Z", "z")) else s)
+    return d if d.tzinfo else d.replace(tzinfo=timezone.utc)
 
 # %% ../nbs/00_core.ipynb #f5f08641
 @dataclass

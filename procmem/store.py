@@ -12,14 +12,23 @@ from fastcore.basics import patch
 from .core import MemoryItem, MemoryValidationError, SCHEMA_VERSION, utc_now, _field_names
 
 # %% auto #0
-__all__ = ['STORE_FORMAT', 'QUICK_CHECK_MAX_BYTES', 'STORE_COUNTERS', 'StoreError', 'MemoryNotFoundError', 'StoreConflictError',
-           'StoreImportError', 'NotAStoreError', 'StoreDamagedError', 'StoreNotFoundError', 'StoreReadOnlyError',
-           'BadRowError', 'ExportRefusedError', 'QuarantineWarning', 'BadRowWarning', 'ReadOnlyWarning',
+__all__ = ['STORE_FORMAT', 'QUICK_CHECK_MAX_BYTES', 'STORE_COUNTERS', 'StoreError', 'BadRowError', 'StoreConflictError',
+           'MemoryNotFoundError', 'StoreImportError', 'NotAStoreError', 'StoreDamagedError', 'StoreNotFoundError',
+           'StoreReadOnlyError', 'ExportRefusedError', 'QuarantineWarning', 'BadRowWarning', 'ReadOnlyWarning',
            'classify_file', 'quarantine_file', 'MemoryStore', 'read_memory_file', 'validate_store', 'repair_store']
 
-# %% ../nbs/02_store.ipynb #cc2826de
+# %% ../nbs/02_store.ipynb #5e408b92
 class StoreError(Exception):
     "A memory store could not do what was asked."
+
+
+class BadRowError(StoreError):
+    "One stored memory cannot be read (its JSON does not parse or does not validate)."
+
+
+class StoreConflictError(StoreError):
+    """A write would break the store's rules (an id or fingerprint already held by a different
+    memory)."""
 
 
 class MemoryNotFoundError(StoreError, KeyError):
@@ -27,11 +36,6 @@ class MemoryNotFoundError(StoreError, KeyError):
 
     def __str__(self):
         return self.args[0] if self.args else "memory not found"
-
-
-class StoreConflictError(StoreError):
-    """A write would break the store's rules (an id or fingerprint already held by a different
-    memory)."""
 
 
 class StoreImportError(StoreError):
@@ -52,10 +56,6 @@ class StoreNotFoundError(StoreError):
 
 class StoreReadOnlyError(StoreError):
     "A write was asked of a store opened with `readonly=True`."
-
-
-class BadRowError(StoreError):
-    "One stored memory cannot be read (its JSON does not parse or does not validate)."
 
 
 class ExportRefusedError(StoreError):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from procmem import MemoryItem, MemoryStore, retrieve_memories, tokenize
-from procmem.retrieval import DEFAULT_MIN_RELEVANCE
+from procmem.retrieval import DEFAULT_MIN_RELEVANCE, idf_mass
 
 ROOT = Path(__file__).resolve().parent.parent
 SWE = ROOT / "tests" / "fixtures" / "trajectories" / "minisweagent_test_output.json"  # MIT, see NOTICE.md
@@ -67,7 +67,7 @@ def swe_task() -> str:
 
 def old_relevance(store, task, score) -> float:
     "The floor before issue 6: the BM25 score divided by the IDF mass of the whole task."
-    return score / store.sync_index().idf_mass(task)
+    return score / idf_mass(store.sync_index(), task)
 
 
 def test_long_bug_report_finds_the_memory_that_ranks_first(store):
