@@ -736,9 +736,9 @@ def parse_react_action(action: str) -> tuple[str | None, str | None]:
     m = _RX_CALL.match(action)
     return (m.group(1), m.group(2)) if m else (None, None)
 
-# %% ../nbs/07_trajectory.ipynb #4ccad442
-def _reflexion_agent(a: dict, trial, section, where: str, seen: set) -> Trajectory:
-    "One parsed Reflexion agent as a `Trajectory` with its labels in `outcome` and `metadata`."
+# %% ../nbs/07_trajectory.ipynb #5f71eba3
+def _reflexion_check(a: dict, section, where: str):
+    "Fails unless the agent's verdict (`Answer is ...`) agrees with the section it is listed in."
     if section is None:
         raise TrajectoryError(f"{where}: an agent before any BEGIN ... AGENTS line")
     verdict = a["verdict"]
@@ -750,24 +750,41 @@ def _reflexion_agent(a: dict, trial, section, where: str, seen: set) -> Trajecto
         raise TrajectoryError(
             f"{where}: an agent in the {section} section says 'Answer is {verdict}'"
         )
+
+# %% ../nbs/07_trajectory.ipynb #fdd37e90
+def _reflexion_steps(raw: list) -> list[Step]:
+    "The parsed `Thought/Action/Observation` dicts as `Step`s, each action split into name and args."
     steps = []
-    for s in a["steps"]:
+    for s in raw:
         action = s["action"].strip() or "(no action)"
         name, args = parse_react_action(action)
         steps.append(
             Step(action, s["observation"].strip(), s["thought"].strip(), name=name, args=args)
         )
-    finish = [s.args for s in steps if s.name == "Finish"]
-    task = _REFLEXION_PROMPT.sub(
-        "", a["question"]
-    ).strip()  # a retry's prompt about earlier failures is glued to the question
+    return steps
+
+# %% ../nbs/07_trajectory.ipynb #388ad67e
+def _reflexion_task(question: str) -> str:
+    "The question alone: without a retry's prompt about earlier failures, or a stray closing quote."
+    task = _REFLEXION_PROMPT.sub("", question).strip()
     if task.endswith('"') and task.count('"') % 2:
         task = task[:-1].rstrip()  # a stray closing quote (one question has it)
+    return task
+
+# %% ../nbs/07_trajectory.ipynb #48c56a60
+def _reflexion_agent(a: dict, trial, section, where: str, seen: set) -> Trajectory:
+    "One parsed Reflexion agent as a `Trajectory` with its labels in `outcome` and `metadata`."
+    _reflexion_check(a, section, where)
+    steps = _reflexion_steps(a["steps"])
+    finish = [s.args for s in steps if s.name == "Finish"]
+    task = _reflexion_task(a["question"])
     qid = hashlib.sha1(task.encode()).hexdigest()[:10]
     tid = f"reflexion-t{trial}-{qid}"
     while tid in seen:
         tid += "+"
     seen.add(tid)
+    meta = dict(format="reflexion", trial=trial, question_id=qid, reflections=a["reflections"])
+    meta.update(section=section.lower(), gold_answer=a["gold"], line=a["line"])
     return Trajectory(
         task,
         steps,
@@ -775,18 +792,139 @@ def _reflexion_agent(a: dict, trial, section, where: str, seen: set) -> Trajecto
         tid,
         outcome={"success": section == "CORRECT", "halted": section == "HALTED"},
         source="web",
-        metadata={
-            "format": "reflexion",
-            "trial": trial,
-            "question_id": qid,
-            "reflections": a["reflections"],
-            "section": section.lower(),
-            "gold_answer": a["gold"],
-            "line": a["line"],
-        },
+        metadata=meta,
     )
 
-# %% ../nbs/07_trajectory.ipynb #7e7538f6
+# %% ../nbs/07_trajectory.ipynb #bb7828a9
+@dataclass
+class _ReflexionParse:
+    "The state of one pass over a Reflexion log: where the reader is, and what it has read so far."
+
+    p: Path  # the log (named in error messages)
+    out: list = field(default_factory=list)  # the agents read, as trajectories
+    seen: set = field(default_factory=set)  # their ids
+    summaries: dict = field(default_factory=dict)  # trial -> (correct, incorrect, halted) it claims
+    counts: dict = field(default_factory=dict)  # (trial, section) -> agents read
+    trial: int | None = None  # the current `BEGIN TRIAL n`
+    section: str | None = None  # CORRECT, INCORRECT or HALTED
+    agent: dict | None = None  # the agent being read (None between agents)
+    target: tuple | None = None  # where a continuation line goes: question, reflections, a step field
+
+# %% ../nbs/07_trajectory.ipynb #da8417b9
+@patch
+def _close(self: _ReflexionParse, n: int):
+    "Fails when an agent is still open at line `n` (it never reached its `Correct answer:` line)."
+    if self.agent is not None:
+        raise TrajectoryError(
+            f"{self.p}:{self.agent['line']}: this agent has no 'Correct answer:' line before line {n}"
+        )
+
+
+@patch
+def _structure(self: _ReflexionParse, n: int, line: str) -> bool:
+    "Reads a trial, summary, section or `Question:` line (True), else leaves the line (False)."
+    if m := _RX_TRIAL.match(line):
+        self._close(n)
+        self.trial, self.section = int(m.group(1)), None
+    elif m := _RX_SUMMARY.match(line):
+        self.summaries[self.trial] = tuple(int(x) for x in m.groups())
+    elif m := _RX_SECTION.match(line):
+        self._close(n)
+        self.section = m.group(1)
+    elif line.startswith("Question:"):
+        self._close(n)
+        q = line[len("Question:") :].strip()
+        self.agent = dict(question=q, reflections=[], steps=[], verdict=None, gold=None, line=n)
+        self.target = ("question",)
+    else:
+        return False
+    return True
+
+# %% ../nbs/07_trajectory.ipynb #48f64835
+@patch
+def _end_agent(self: _ReflexionParse, line: str):
+    "Closes the agent at its `Correct answer:` line: it becomes a `Trajectory`, counted per section."
+    agent = self.agent
+    agent["gold"] = line[len("Correct answer:") :].strip()
+    where = f"{self.p}:{agent['line']}"
+    self.out.append(_reflexion_agent(agent, self.trial, self.section, where, self.seen))
+    k = (self.trial, self.section)
+    self.counts[k] = self.counts.get(k, 0) + 1
+    self.agent, self.target = None, None
+
+
+@patch
+def _react(self: _ReflexionParse, kind: str, text: str):
+    "Reads a `Thought/Action/Observation i:` line; `Answer is ...` is the verdict, not an observation."
+    if kind == "Observation" and _RX_VERDICT.match(text):
+        self.agent["verdict"] = _RX_VERDICT.match(text).group(1)
+        self.target = None
+        return
+    steps = self.agent["steps"]
+    if kind == "Thought" or not steps or steps[-1][kind.lower()]:
+        steps.append(dict(thought="", action="", observation=""))
+    steps[-1][kind.lower()] = text
+    self.target = ("step", kind.lower())
+
+# %% ../nbs/07_trajectory.ipynb #8637bfb2
+@patch
+def _continue(self: _ReflexionParse, n: int, line: str):
+    "Appends a continuation line to the question, the reflections or the step field being read."
+    target, agent = self.target, self.agent
+    if target is None:
+        if line.strip():
+            raise TrajectoryError(
+                f"{self.p}:{n}: unexpected text after the verdict: {_short(line)!r}"
+            )
+    elif target[0] == "question":
+        agent["question"] += "\n" + line
+    elif target[0] == "reflections":
+        if line.startswith("- "):
+            agent["reflections"].append(line[2:].strip())
+        elif line.strip() and agent["reflections"]:
+            agent["reflections"][-1] += "\n" + line
+    else:
+        agent["steps"][-1][target[1]] += "\n" + line
+
+# %% ../nbs/07_trajectory.ipynb #0e2b1837
+@patch
+def _feed(self: _ReflexionParse, n: int, line: str):
+    "Reads line `n` of the log (without its line end): dispatches it by kind."
+    if self._structure(n, line):
+        return
+    if self.agent is None:
+        if line.strip() and not line.startswith("#"):
+            raise TrajectoryError(f"{self.p}:{n}: unexpected text outside an agent: {_short(line)!r}")
+        return
+    if line.startswith("Correct answer:"):
+        self._end_agent(line)
+    elif line.startswith("Reflections:"):
+        self.target = ("reflections",)
+    elif m := _RX_REACT.match(line):
+        kind, _, text = m.groups()
+        self._react(kind, text)
+    else:
+        self._continue(n, line)
+
+
+@patch
+def _finish(self: _ReflexionParse, check_counts: bool):
+    "Fails when the log ends inside an agent or (with `check_counts`) a trial's counts are off."
+    if self.agent is not None:
+        raise TrajectoryError(
+            f"{self.p}:{self.agent['line']}: the log ends inside an agent (no 'Correct answer:' line)"
+        )
+    if not check_counts:
+        return
+    for tr, want in self.summaries.items():
+        got = tuple(self.counts.get((tr, s), 0) for s in ("CORRECT", "INCORRECT", "HALTED"))
+        if got != want:
+            raise TrajectoryError(
+                f"{self.p}: trial {tr}: parsed correct/incorrect/halted = {got}, but its summary"
+                f" line says {want}"
+            )
+
+# %% ../nbs/07_trajectory.ipynb #b5b7480a
 def from_reflexion_log(
     path,  # a Reflexion ReAct log (text)
     check_counts: bool = True,  # fail when the parsed counts differ from a trial's summary line
@@ -796,97 +934,12 @@ def from_reflexion_log(
     p = Path(path)
     if not p.is_file():
         raise TrajectoryError(f"{p}: no such file")
-    out, seen, summaries, counts = [], set(), {}, {}
-    trial, section, agent, target = None, None, None, None
-
-    def close(n):
-        if agent is not None:
-            raise TrajectoryError(
-                f"{p}:{agent['line']}: this agent has no 'Correct answer:' line before line {n}"
-            )
-
+    state = _ReflexionParse(p)
     with open(p, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
-            line = line.rstrip("\r\n")
-            if m := _RX_TRIAL.match(line):
-                close(n)
-                trial, section = int(m.group(1)), None
-                continue
-            if m := _RX_SUMMARY.match(line):
-                summaries[trial] = tuple(int(x) for x in m.groups())
-                continue
-            if m := _RX_SECTION.match(line):
-                close(n)
-                section = m.group(1)
-                continue
-            if line.startswith("Question:"):
-                close(n)
-                agent = dict(
-                    question=line[len("Question:") :].strip(),
-                    reflections=[],
-                    steps=[],
-                    verdict=None,
-                    gold=None,
-                    line=n,
-                )
-                target = ("question",)
-                continue
-            if agent is None:
-                if line.strip() and not line.startswith("#"):
-                    raise TrajectoryError(
-                        f"{p}:{n}: unexpected text outside an agent: {_short(line)!r}"
-                    )
-                continue
-            if line.startswith("Correct answer:"):
-                agent["gold"] = line[len("Correct answer:") :].strip()
-                t = _reflexion_agent(agent, trial, section, f"{p}:{agent['line']}", seen)
-                out.append(t)
-                k = (trial, section)
-                counts[k] = counts.get(k, 0) + 1
-                agent, target = None, None
-                continue
-            if line.startswith("Reflections:"):
-                target = ("reflections",)
-                continue
-            if m := _RX_REACT.match(line):
-                kind, _, text = m.groups()
-                if kind == "Observation" and _RX_VERDICT.match(text):
-                    agent["verdict"] = _RX_VERDICT.match(text).group(1)
-                    target = None
-                    continue
-                steps = agent["steps"]
-                if kind == "Thought" or not steps or steps[-1][kind.lower()]:
-                    steps.append(dict(thought="", action="", observation=""))
-                steps[-1][kind.lower()] = text
-                target = ("step", kind.lower())
-                continue
-            if target is None:
-                if line.strip():
-                    raise TrajectoryError(
-                        f"{p}:{n}: unexpected text after the verdict: {_short(line)!r}"
-                    )
-            elif target[0] == "question":
-                agent["question"] += "\n" + line
-            elif target[0] == "reflections":
-                if line.startswith("- "):
-                    agent["reflections"].append(line[2:].strip())
-                elif line.strip() and agent["reflections"]:
-                    agent["reflections"][-1] += "\n" + line
-            else:
-                agent["steps"][-1][target[1]] += "\n" + line
-    if agent is not None:
-        raise TrajectoryError(
-            f"{p}:{agent['line']}: the log ends inside an agent (no 'Correct answer:' line)"
-        )
-    if check_counts:
-        for tr, want in summaries.items():
-            got = tuple(counts.get((tr, s), 0) for s in ("CORRECT", "INCORRECT", "HALTED"))
-            if got != want:
-                raise TrajectoryError(
-                    f"{p}: trial {tr}: parsed correct/incorrect/halted = {got}, but its summary"
-                    f" line says {want}"
-                )
-    return out
+            state._feed(n, line.rstrip("\r\n"))
+    state._finish(check_counts)
+    return state.out
 
 # %% ../nbs/07_trajectory.ipynb #3b4b5ee9
 LABEL_KEYS = frozenset(
