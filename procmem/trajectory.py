@@ -393,7 +393,7 @@ def _blocks(content, where: str) -> list:
         f"{where}.content: expected a string or a list of blocks, got {type(content).__name__}"
     )
 
-# %% ../nbs/07_trajectory.ipynb #6e1d7d6e
+# %% ../nbs/07_trajectory.ipynb #0236f60a
 _NO_RESULT = "no tool result: the transcript ends before the tool answered"
 
 
@@ -407,7 +407,91 @@ def _task_from(text, task, who: str) -> tuple[str, bool]:
         )
     return _strip_injected(text)
 
+# %% ../nbs/07_trajectory.ipynb #22f07f30
+@dataclass
+class _ChatParse:
+    "What a pass over a chat transcript has read so far (shared by the Anthropic and OpenAI readers)."
 
+    who: str  # the format, named in error messages
+    steps: list = field(default_factory=list)  # one `Step` per tool call
+    pending: dict = field(default_factory=dict)  # call id -> index of its step, until answered
+    thought: list = field(default_factory=list)  # assistant text since the last call
+    first_user: str | None = None  # the first user text (the default task)
+    last_answer: str | None = None  # the last assistant text that calls no tool (the default answer)
+
+
+def _chat_trajectory(chat: _ChatParse, task, answer, id, source: str, fmt: str) -> Trajectory:
+    "The `Trajectory` of a read transcript: unanswered calls get an error, the task its default."
+    for k in chat.pending.values():
+        chat.steps[k].error = _NO_RESULT
+    task, injected = _task_from(chat.first_user, task, chat.who)
+    return Trajectory(
+        task,
+        chat.steps,
+        answer if answer is not None else chat.last_answer,
+        **({"id": id} if id else {}),
+        source=source,
+        metadata={"format": fmt, **({"memory_injected": True} if injected else {})},
+    )
+
+# %% ../nbs/07_trajectory.ipynb #ff9c3475
+def _anthropic_result(chat: _ChatParse, b, i: int):
+    "Fills the step of the `tool_use` that the result block `b` (in `messages[i]`) answers."
+    tid = _get(b, "tool_use_id")
+    if tid not in chat.pending:
+        raise TrajectoryError(
+            f"{chat.who}: messages[{i}] has a {_get(b, 'type')} for tool_use_id {tid!r}, which no"
+            " earlier unanswered tool_use has (malformed transcript)"
+        )
+    st, content = chat.steps[chat.pending.pop(tid)], _get(b, "content")
+    text = _content_text(content)
+    if _get(b, "is_error") or str(_get(content, "type", "")).endswith("_error"):
+        st.error, st.observation = text.strip() or "tool error (no message)", ""
+    else:
+        st.observation = text
+
+
+def _anthropic_user(chat: _ChatParse, blocks: list, kinds: list, i: int):
+    "Reads a user message: its text (the first is the task) and the tool results it carries."
+    text = "\n".join(
+        _as_text(_get(b, "text")) for b, k in zip(blocks, kinds) if k == "text"
+    ).strip()
+    if chat.first_user is None and text:
+        chat.first_user = text
+    for b, k in zip(blocks, kinds):
+        if isinstance(k, str) and k.endswith("tool_result"):
+            _anthropic_result(chat, b, i)
+
+# %% ../nbs/07_trajectory.ipynb #d5a5b3bf
+def _anthropic_tool_use(chat: _ChatParse, b, k: str, i: int):
+    "Starts a step for the tool-use block `b` (kind `k`), its thought the text since the last call."
+    name, args = _get(b, "name"), _jsonable(_get(b, "input", {}))
+    if not isinstance(name, str) or not name:
+        raise TrajectoryError(
+            f"{chat.who}: messages[{i}] has a {k} without a name (malformed transcript)"
+        )
+    thought = "\n".join(chat.thought).strip()
+    chat.steps.append(Step(_call_text(name, args), thought=thought, name=name, args=args))
+    chat.pending[_get(b, "id")], chat.thought = len(chat.steps) - 1, []
+
+
+def _anthropic_assistant(chat: _ChatParse, blocks: list, kinds: list, i: int):
+    "Reads an assistant message: text and thinking become thought, tool uses steps."
+    texts, calls = [], False
+    for b, k in zip(blocks, kinds):
+        if k == "text":
+            texts.append(_as_text(_get(b, "text")))
+            chat.thought.append(texts[-1])
+        elif k == "thinking":
+            chat.thought.append(_as_text(_get(b, "thinking")))
+        elif isinstance(k, str) and k.endswith("tool_use"):
+            _anthropic_tool_use(chat, b, k, i)
+            calls = True
+        elif isinstance(k, str) and k.endswith("tool_result"):
+            _anthropic_result(chat, b, i)  # server tools answer inside the assistant turn
+    chat.last_answer = None if calls else ("\n".join(texts).strip() or None)
+
+# %% ../nbs/07_trajectory.ipynb #402dea34
 def from_anthropic_messages(
     messages,  # Anthropic Messages: a list of {role, content} (or a dict with "messages")
     task: str | None = None,  # the task; default: the first user text
@@ -420,80 +504,22 @@ def from_anthropic_messages(
 ) -> Trajectory:
     """A `Trajectory` from an Anthropic Messages transcript: each tool use, paired with its result,
     is a step."""
-    who = "Anthropic transcript"
-    msgs = _messages(messages, who)
-    steps, pending, thought, first_user, last_answer = [], {}, [], None, None
-
-    def result(b, i):
-        tid = _get(b, "tool_use_id")
-        if tid not in pending:
-            raise TrajectoryError(
-                f"{who}: messages[{i}] has a {_get(b, 'type')} for tool_use_id {tid!r}, which no"
-                " earlier unanswered tool_use has (malformed transcript)"
-            )
-        st, content = steps[pending.pop(tid)], _get(b, "content")
-        text = _content_text(content)
-        if _get(b, "is_error") or str(_get(content, "type", "")).endswith("_error"):
-            st.error, st.observation = text.strip() or "tool error (no message)", ""
-        else:
-            st.observation = text
-
-    for i, m in enumerate(msgs):
-        role, blocks = _get(m, "role"), _blocks(_get(m, "content"), f"{who}: messages[{i}]")
+    chat = _ChatParse("Anthropic transcript")
+    for i, m in enumerate(_messages(messages, chat.who)):
+        role, blocks = _get(m, "role"), _blocks(_get(m, "content"), f"{chat.who}: messages[{i}]")
         kinds = [_get(b, "type") for b in blocks]
         if role == "system":
             continue
         if role == "user":
-            text = "\n".join(
-                _as_text(_get(b, "text")) for b, k in zip(blocks, kinds) if k == "text"
-            ).strip()
-            if first_user is None and text:
-                first_user = text
-            for b, k in zip(blocks, kinds):
-                if isinstance(k, str) and k.endswith("tool_result"):
-                    result(b, i)
+            _anthropic_user(chat, blocks, kinds, i)
         elif role == "assistant":
-            texts, calls = [], False
-            for b, k in zip(blocks, kinds):
-                if k == "text":
-                    texts.append(_as_text(_get(b, "text")))
-                    thought.append(texts[-1])
-                elif k == "thinking":
-                    thought.append(_as_text(_get(b, "thinking")))
-                elif isinstance(k, str) and k.endswith("tool_use"):
-                    name, args = _get(b, "name"), _jsonable(_get(b, "input", {}))
-                    if not isinstance(name, str) or not name:
-                        raise TrajectoryError(
-                            f"{who}: messages[{i}] has a {k} without a name (malformed transcript)"
-                        )
-                    steps.append(
-                        Step(
-                            _call_text(name, args),
-                            thought="\n".join(thought).strip(),
-                            name=name,
-                            args=args,
-                        )
-                    )
-                    pending[_get(b, "id")], thought, calls = len(steps) - 1, [], True
-                elif isinstance(k, str) and k.endswith("tool_result"):
-                    result(b, i)  # server tools answer inside the assistant turn
-            last_answer = None if calls else ("\n".join(texts).strip() or None)
+            _anthropic_assistant(chat, blocks, kinds, i)
         else:
             raise TrajectoryError(
-                f"{who}: messages[{i}].role {role!r} is not user, assistant or system (an OpenAI"
-                " chat? use from_openai_chat)"
+                f"{chat.who}: messages[{i}].role {role!r} is not user, assistant or system (an"
+                " OpenAI chat? use from_openai_chat)"
             )
-    for k in pending.values():
-        steps[k].error = _NO_RESULT
-    task, injected = _task_from(first_user, task, who)
-    return Trajectory(
-        task,
-        steps,
-        answer if answer is not None else last_answer,
-        **({"id": id} if id else {}),
-        source=source,
-        metadata={"format": "anthropic", **({"memory_injected": True} if injected else {})},
-    )
+    return _chat_trajectory(chat, task, answer, id, source, "anthropic")
 
 # %% ../nbs/07_trajectory.ipynb #aa3b71d3
 def _parse_args(raw):
@@ -506,7 +532,57 @@ def _parse_args(raw):
             return raw
     return _jsonable(raw) if raw is not None else {}
 
-# %% ../nbs/07_trajectory.ipynb #81eb963c
+# %% ../nbs/07_trajectory.ipynb #a003a1d9
+def _openai_calls(m) -> list:
+    "The tool calls of an assistant message, the legacy `function_call` as one more call."
+    calls = list(_get(m, "tool_calls") or [])
+    if _get(m, "function_call"):
+        calls.append(
+            {
+                "id": f"function:{_get(_get(m, 'function_call'), 'name')}",
+                "function": _get(m, "function_call"),
+            }
+        )
+    return calls
+
+
+def _openai_assistant(chat: _ChatParse, m, text: str, i: int):
+    "Reads an assistant message: its text becomes thought, each tool call a step."
+    calls = _openai_calls(m)
+    if text.strip():
+        chat.thought.append(text.strip())
+    for j, c in enumerate(calls):
+        fn = _get(c, "function")
+        name = _get(fn, "name")
+        if not isinstance(name, str) or not name:
+            raise TrajectoryError(
+                f"{chat.who}: messages[{i}].tool_calls[{j}] has no function name (malformed"
+                " transcript)"
+            )
+        args = _parse_args(_get(fn, "arguments"))
+        thought = "\n".join(chat.thought)
+        chat.steps.append(Step(_call_text(name, args), thought=thought, name=name, args=args))
+        chat.pending[_get(c, "id")], chat.thought = len(chat.steps) - 1, []
+    chat.last_answer = None if calls else (text.strip() or None)
+
+# %% ../nbs/07_trajectory.ipynb #62384986
+def _openai_tool(chat: _ChatParse, m, role: str, text: str, i: int):
+    "Fills the step that a `tool` (or legacy `function`) message answers; flagged errors are errors."
+    tid = _get(m, "tool_call_id") if role == "tool" else f"function:{_get(m, 'name')}"
+    if tid not in chat.pending:
+        raise TrajectoryError(
+            f"{chat.who}: messages[{i}] answers tool call {tid!r}, which no earlier unanswered"
+            " call has (malformed transcript)"
+        )
+    st, err = chat.steps[chat.pending.pop(tid)], _get(m, "is_error") or _get(m, "error")
+    if err:
+        st.error, st.observation = (
+            err if isinstance(err, str) else text
+        ).strip() or "tool error (no message)", ""
+    else:
+        st.observation = text
+
+# %% ../nbs/07_trajectory.ipynb #8845e81b
 def from_openai_chat(
     messages,  # OpenAI-style chat messages (or a dict with "messages")
     task: str | None = None,  # the task; default: the first user text
@@ -519,71 +595,24 @@ def from_openai_chat(
 ) -> Trajectory:
     """A `Trajectory` from an OpenAI-style chat: each tool call, paired with its `tool` message, is
     a step."""
-    who = "OpenAI chat"
-    msgs = _messages(messages, who)
-    steps, pending, thought, first_user, last_answer = [], {}, [], None, None
-    for i, m in enumerate(msgs):
+    chat = _ChatParse("OpenAI chat")
+    for i, m in enumerate(_messages(messages, chat.who)):
         role, text = _get(m, "role"), _content_text(_get(m, "content"))
         if role in ("system", "developer"):
             continue
         if role == "user":
-            if first_user is None and text.strip():
-                first_user = text.strip()
+            if chat.first_user is None and text.strip():
+                chat.first_user = text.strip()
         elif role == "assistant":
-            calls = list(_get(m, "tool_calls") or [])
-            if _get(m, "function_call"):
-                calls.append(
-                    {
-                        "id": f"function:{_get(_get(m, 'function_call'), 'name')}",
-                        "function": _get(m, "function_call"),
-                    }
-                )
-            if text.strip():
-                thought.append(text.strip())
-            for j, c in enumerate(calls):
-                fn = _get(c, "function")
-                name = _get(fn, "name")
-                if not isinstance(name, str) or not name:
-                    raise TrajectoryError(
-                        f"{who}: messages[{i}].tool_calls[{j}] has no function name (malformed"
-                        " transcript)"
-                    )
-                args = _parse_args(_get(fn, "arguments"))
-                steps.append(
-                    Step(_call_text(name, args), thought="\n".join(thought), name=name, args=args)
-                )
-                pending[_get(c, "id")], thought = len(steps) - 1, []
-            last_answer = None if calls else (text.strip() or None)
+            _openai_assistant(chat, m, text, i)
         elif role in ("tool", "function"):
-            tid = _get(m, "tool_call_id") if role == "tool" else f"function:{_get(m, 'name')}"
-            if tid not in pending:
-                raise TrajectoryError(
-                    f"{who}: messages[{i}] answers tool call {tid!r}, which no earlier unanswered"
-                    " call has (malformed transcript)"
-                )
-            st, err = steps[pending.pop(tid)], _get(m, "is_error") or _get(m, "error")
-            if err:
-                st.error, st.observation = (
-                    err if isinstance(err, str) else text
-                ).strip() or "tool error (no message)", ""
-            else:
-                st.observation = text
+            _openai_tool(chat, m, role, text, i)
         else:
             raise TrajectoryError(
-                f"{who}: messages[{i}].role {role!r} is not system, developer, user, assistant,"
+                f"{chat.who}: messages[{i}].role {role!r} is not system, developer, user, assistant,"
                 " tool or function"
             )
-    for k in pending.values():
-        steps[k].error = _NO_RESULT
-    task, injected = _task_from(first_user, task, who)
-    return Trajectory(
-        task,
-        steps,
-        answer if answer is not None else last_answer,
-        **({"id": id} if id else {}),
-        source=source,
-        metadata={"format": "openai", **({"memory_injected": True} if injected else {})},
-    )
+    return _chat_trajectory(chat, task, answer, id, source, "openai")
 
 # %% ../nbs/07_trajectory.ipynb #50f56912
 _BASH_BLOCK = re.compile(r"```bash\s*\n(.*?)\n```", re.S)  # mini-SWE-agent's own action regex
