@@ -669,14 +669,9 @@ def _read_json(path) -> object:
     except UnicodeDecodeError as e:
         raise TrajectoryError(f"{p}: not UTF-8 text ({e.reason})") from None
 
-# %% ../nbs/07_trajectory.ipynb #3fb1fa90
-def from_minisweagent(
-    path_or_dict,  # a `.traj.json` path, or its parsed dict
-    *,
-    id: str | None = None,
-    source: str = "tool",
-) -> Trajectory:
-    "A `Trajectory` from a mini-SWE-agent trajectory: one `bash` step per assistant message."
+# %% ../nbs/07_trajectory.ipynb #a685dcfa
+def _swe_dict(path_or_dict) -> tuple[Mapping, str]:
+    "The trajectory dict (read from a path) and its name for errors; fails unless it is mini-SWE-agent's."
     d = _read_json(path_or_dict) if isinstance(path_or_dict, (str, Path)) else path_or_dict
     who = (
         f"mini-SWE-agent trajectory {path_or_dict}"
@@ -691,48 +686,70 @@ def from_minisweagent(
     fmt = d.get("trajectory_format")
     if fmt is not None and not str(fmt).startswith("mini-swe-agent"):
         raise TrajectoryError(f"{who}: trajectory_format {fmt!r} is not mini-swe-agent-*")
-    info = d.get("info") or {}
+    return d, who
+
+# %% ../nbs/07_trajectory.ipynb #23f186e1
+def _swe_step(text: str) -> Step:
+    "An assistant message as a step: its one ```` ```bash ```` block the action, the text before it the thought."
+    blocks = _BASH_BLOCK.findall(text)
+    thought = re.sub(
+        r"^\s*THOUGHT:\s*", "", text[: text.find("```bash")] if blocks else text
+    ).strip()
+    if len(blocks) == 1:
+        return Step(
+            blocks[0].strip() or "(empty command)",
+            thought=thought,
+            name="bash",
+            args={"command": blocks[0].strip()},
+        )
+    return Step(
+        f"(format error: {len(blocks)} bash blocks; exactly one is required)",
+        thought=thought,
+    )
+
+# %% ../nbs/07_trajectory.ipynb #3dc9b2d7
+def _swe_steps(messages: list, who: str) -> tuple[str, list, bool]:
+    "The task (the first user message), the steps, and whether memories were injected into the task."
     task, steps, pending, injected = None, [], None, False
-    for i, m in enumerate(_messages(d["messages"], who)):
+    for i, m in enumerate(_messages(messages, who)):
         role, text = _get(m, "role"), _content_text(_get(m, "content"))
         if role == "user" and task is None:
             task, injected = _strip_injected(_pr_description(text))
         elif role == "assistant":
-            blocks = _BASH_BLOCK.findall(text)
-            thought = re.sub(
-                r"^\s*THOUGHT:\s*", "", text[: text.find("```bash")] if blocks else text
-            ).strip()
-            if len(blocks) == 1:
-                steps.append(
-                    Step(
-                        blocks[0].strip() or "(empty command)",
-                        thought=thought,
-                        name="bash",
-                        args={"command": blocks[0].strip()},
-                    )
-                )
-            else:
-                steps.append(
-                    Step(
-                        f"(format error: {len(blocks)} bash blocks; exactly one is required)",
-                        thought=thought,
-                    )
-                )
+            steps.append(_swe_step(text))
             pending = steps[-1]
         elif role == "user" and pending is not None:
             _env_reply(pending, text)
             pending = None
     if task is None:
         raise TrajectoryError(f"{who}: no user message holds the task")
-    status = info.get("exit_status")
-    sub = info.get("submission")
+    return task, steps, injected
+
+
+def _swe_metadata(d: Mapping, info: Mapping, injected: bool) -> dict:
+    "The run's metadata: its format, and everything in `info` but the submission (that is the answer)."
     meta = {
         "format": "mini-swe-agent",
-        "trajectory_format": fmt,
+        "trajectory_format": d.get("trajectory_format"),
         **{k: v for k, v in info.items() if k != "submission"},
     }
     if injected:
         meta["memory_injected"] = True
+    return meta
+
+# %% ../nbs/07_trajectory.ipynb #97b08db0
+def from_minisweagent(
+    path_or_dict,  # a `.traj.json` path, or its parsed dict
+    *,
+    id: str | None = None,
+    source: str = "tool",
+) -> Trajectory:
+    "A `Trajectory` from a mini-SWE-agent trajectory: one `bash` step per assistant message."
+    d, who = _swe_dict(path_or_dict)
+    info = d.get("info") or {}
+    task, steps, injected = _swe_steps(d["messages"], who)
+    status = info.get("exit_status")
+    sub = info.get("submission")
     tid = id or d.get("instance_id") or info.get("instance_id")
     return Trajectory(
         task,
@@ -745,7 +762,7 @@ def from_minisweagent(
             else {"success": False, "exit_status": str(status)}
         ),
         source=source,
-        metadata=meta,
+        metadata=_swe_metadata(d, info, injected),
     )
 
 # %% ../nbs/07_trajectory.ipynb #31a2cbd2
