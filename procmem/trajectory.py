@@ -283,7 +283,36 @@ def _prose(text) -> str:
     "`text` with fenced code blocks removed and whitespace trimmed."
     return _FENCED.sub("", text).strip() if isinstance(text, str) else ""
 
-# %% ../nbs/07_trajectory.ipynb #f82d3d22
+# %% ../nbs/07_trajectory.ipynb #4246677c
+def _rlm_blocks(it, i: int) -> list:
+    "The code blocks of iteration `i`; fails unless it is a dict or object with a list of them."
+    blocks = _get(it, "code_blocks")
+    if blocks is None or isinstance(blocks, (str, Mapping)):
+        raise TrajectoryError(
+            f"iterations[{i}]: expected a dict or object with a list of code_blocks, got"
+            f" {type(it).__name__}"
+        )
+    return blocks
+
+
+def _rlm_steps(blocks, thought: str, i: int) -> list[Step]:
+    "One iteration's steps, one per non-empty code block; the response's prose is the first's thought."
+    steps = []
+    for j, b in enumerate(blocks):
+        code = b if isinstance(b, str) else _get(b, "code")
+        if not isinstance(code, str):
+            raise TrajectoryError(
+                f"iterations[{i}].code_blocks[{j}]: no code string (got {type(code).__name__})"
+            )
+        if not code.strip():
+            continue
+        res = None if isinstance(b, str) else _get(b, "result", b)
+        out, err = _as_text(_get(res, "stdout")), _as_text(_get(res, "stderr"))
+        steps.append(Step(code, out, thought, err if err.strip() else None))
+        thought = ""
+    return steps
+
+# %% ../nbs/07_trajectory.ipynb #ed3b9843
 def from_rlm_iterations(
     task: str,  # the task the RLM was given
     answer,  # its final answer (None if it gave none; non-strings are converted)
@@ -302,39 +331,16 @@ def from_rlm_iterations(
     steps, final, n_iter = [], None, 0
     for i, it in enumerate(iterations):
         n_iter += 1
-        blocks = _get(it, "code_blocks")
-        if blocks is None or isinstance(blocks, (str, Mapping)):
-            raise TrajectoryError(
-                f"iterations[{i}]: expected a dict or object with a list of code_blocks, got"
-                f" {type(it).__name__}"
-            )
+        blocks = _rlm_blocks(it, i)
         if _get(it, "final_answer") is not None:
             final = _get(it, "final_answer")
-        thought = _prose(_get(it, "response"))
-        for j, b in enumerate(blocks):
-            code = b if isinstance(b, str) else _get(b, "code")
-            if not isinstance(code, str):
-                raise TrajectoryError(
-                    f"iterations[{i}].code_blocks[{j}]: no code string (got {type(code).__name__})"
-                )
-            if not code.strip():
-                continue
-            res = None if isinstance(b, str) else _get(b, "result", b)
-            out, err = _as_text(_get(res, "stdout")), _as_text(_get(res, "stderr"))
-            steps.append(Step(code, out, thought, err if err.strip() else None))
-            thought = ""
+        steps += _rlm_steps(blocks, _prose(_get(it, "response")), i)
     if answer is None and final is not None:
         answer = final
     if answer is not None and not isinstance(answer, str):
         answer = _as_text(answer)
-    return Trajectory(
-        task,
-        steps,
-        answer,
-        **({"id": id} if id else {}),
-        source=source,
-        metadata={"format": "rlm", "iterations": n_iter},
-    )
+    meta = {"format": "rlm", "iterations": n_iter}
+    return Trajectory(task, steps, answer, **({"id": id} if id else {}), source=source, metadata=meta)
 
 # %% ../nbs/07_trajectory.ipynb #0c981de3
 def _strip_injected(text: str) -> tuple[str, bool]:
