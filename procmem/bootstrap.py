@@ -130,7 +130,54 @@ def _duplicates(values: list) -> dict:
         pos[v].append(i)
     return {v: ps for v, ps in pos.items() if len(ps) > 1}
 
-# %% ../nbs/06_bootstrap.ipynb #4f44054a
+# %% ../nbs/06_bootstrap.ipynb #650d3960
+def _title_problems(items: list, expected_titles) -> list[str]:
+    "Missing, unexpected and repeated titles, against exactly the `expected_titles`."
+    problems = []
+    titles, expected = [m.title for m in items], list(expected_titles)
+    if missing := [t for t in expected if t not in titles]:
+        problems.append(f"missing expected strategies: {missing}")
+    if unexpected := [t for t in titles if t not in expected]:
+        problems.append(f"unexpected strategies: {unexpected}")
+    for t, ps in _duplicates(titles).items():
+        problems.append(f"title {t!r} appears {len(ps)} times (items {ps})")
+    return problems
+
+# %% ../nbs/06_bootstrap.ipynb #cec181c3
+def _item_problems(i: int, m: MemoryItem) -> list[str]:
+    "What keeps item `i` from being a bootstrap strategy: invalid, not a success, not universal, no steps."
+    try:
+        m.validate()
+    except MemoryValidationError as e:
+        return [f"{_name(i, m)}: invalid: {e}"]
+    problems = []
+    if m.source_type != "success":
+        problems.append(f"{_name(i, m)}: source_type is {m.source_type!r}, expected 'success'")
+    if "universal" not in m.tags:
+        problems.append(f"{_name(i, m)}: lacks the 'universal' tag")
+    if len(procedure_steps(m.content)) < 2:
+        problems.append(
+            f"{_name(i, m)}: content is not a procedure (needs at least 2 numbered or bulleted"
+            " steps)"
+        )
+    return problems
+
+# %% ../nbs/06_bootstrap.ipynb #a09e698f
+def _duplicate_problems(items: list) -> list[str]:
+    "Repeated ids, and repeated content fingerprints among the items with a text title and content."
+    problems = []
+    for v, ps in _duplicates(
+        [m.id if isinstance(m.id, str) else repr(m.id) for m in items]
+    ).items():
+        problems.append(f"duplicate id {v!r} (items {ps})")
+    valid = [m for m in items if isinstance(m.title, str) and isinstance(m.content, str)]
+    for v, ps in _duplicates([m.fingerprint for m in valid]).items():
+        problems.append(
+            f"duplicate content fingerprint {v} (titles {[valid[p].title for p in ps]})"
+        )
+    return problems
+
+# %% ../nbs/06_bootstrap.ipynb #5edf2886
 def validate_bootstrap_strategies(
     strategies=None,  # MemoryItems to check; None = the shipped pack
     expected_titles=None,  # titles that must be present exactly; default: BOOTSTRAP_TITLES for the shipped pack
@@ -143,37 +190,8 @@ def validate_bootstrap_strategies(
     items = _as_items(strategies, "validate_bootstrap_strategies")
     if not items:
         return ["no strategies to validate"]
-    problems = []
-    if expected_titles is not None:
-        titles, expected = [m.title for m in items], list(expected_titles)
-        if missing := [t for t in expected if t not in titles]:
-            problems.append(f"missing expected strategies: {missing}")
-        if unexpected := [t for t in titles if t not in expected]:
-            problems.append(f"unexpected strategies: {unexpected}")
-        for t, ps in _duplicates(titles).items():
-            problems.append(f"title {t!r} appears {len(ps)} times (items {ps})")
+    problems = [] if expected_titles is None else _title_problems(items, expected_titles)
     for i, m in enumerate(items):
-        try:
-            m.validate()
-        except MemoryValidationError as e:
-            problems.append(f"{_name(i, m)}: invalid: {e}")
-            continue
-        if m.source_type != "success":
-            problems.append(f"{_name(i, m)}: source_type is {m.source_type!r}, expected 'success'")
-        if "universal" not in m.tags:
-            problems.append(f"{_name(i, m)}: lacks the 'universal' tag")
-        if len(procedure_steps(m.content)) < 2:
-            problems.append(
-                f"{_name(i, m)}: content is not a procedure (needs at least 2 numbered or bulleted"
-                " steps)"
-            )
-    for v, ps in _duplicates(
-        [m.id if isinstance(m.id, str) else repr(m.id) for m in items]
-    ).items():
-        problems.append(f"duplicate id {v!r} (items {ps})")
-    valid = [m for m in items if isinstance(m.title, str) and isinstance(m.content, str)]
-    for v, ps in _duplicates([m.fingerprint for m in valid]).items():
-        problems.append(
-            f"duplicate content fingerprint {v} (titles {[valid[p].title for p in ps]})"
-        )
+        problems += _item_problems(i, m)
+    problems += _duplicate_problems(items)
     return problems + validate_no_hardcoded_uris(items)
