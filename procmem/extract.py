@@ -825,7 +825,7 @@ _UNSUPPORTED = re.compile(
     re.I,
 )
 
-# %% ../nbs/10_extract.ipynb #a566c73a
+# %% ../nbs/10_extract.ipynb #cff33e10
 def _loop_pitfall(a: TrajectoryArtifact, lits, applies: str) -> dict:
     "The pitfall of a run that repeated one call, or went round a cycle of calls."
     shs = [_step_shape(x, a.task, lits) for x in a.loop["actions"]]
@@ -911,55 +911,71 @@ def _dead_end_pitfall(a: TrajectoryArtifact, shapes: dict, applies: str) -> dict
         )
     return None
 
+# %% ../nbs/10_extract.ipynb #5d34974c
+def _missing_checks(j: Judgment, lits) -> str:
+    "Checklist lines 4 and 5 from the first two things the judge says were missing (despecified)."
+    missing = [
+        _clip(" ".join(despecify(m, lits).split()), 120)
+        for m in j.missing[:2]
+        if isinstance(m, str) and m.strip()
+    ]
+    return "".join(f"\n{k}. Make sure you have observed: {m}" for k, m in enumerate(missing, 4))
 
+# %% ../nbs/10_extract.ipynb #150037dd
+def _no_answer_pitfall(applies: str, extra: str) -> dict:
+    "The pitfall of a run that used up its steps without answering."
+    return dict(
+        title="Finish with an answer before the step budget runs out",
+        description=(
+            f"Pitfall: a failed run used up its steps and never gave an answer. {applies}"
+        ),
+        content=(
+            "1. Before acting, list the facts the task needs.\n2. After each observation,"
+            " check whether you already have enough to answer.\n3. When the budget is"
+            " nearly spent, give the best-supported answer instead of exploring further."
+        )
+        + extra,
+        tags=["answer", "budget", "pitfall"],
+    )
+
+# %% ../nbs/10_extract.ipynb #b64fe8d7
+def _wrong_answer_pitfall(j: Judgment, fin: str, applies: str, extra: str) -> dict:
+    "The pitfall of an answer the judge did not accept: unsupported by observations, or off-target."
+    unsupported = bool(_UNSUPPORTED.search(j.reason or ""))
+    why = "not supported by what it observed" if unsupported else "wrong or not what was asked"
+    return dict(
+        title=(
+            "Verify the answer is stated in an observation before finishing"
+            if unsupported
+            else "Check the answer matches what the task asks before finishing"
+        ),
+        description=(
+            f"Pitfall: a failed run gave an answer the judge did not accept ({why}). {applies}"
+        ),
+        content=(
+            f"1. Before {fin}, point to the observation that states the answer; if none"
+            " does, keep looking.\n2. Answer exactly what the task asks: the kind of"
+            " value, its form and its unit.\n3. When the task combines several <entity>s,"
+            " collect the fact for each one before answering."
+        )
+        + extra,
+        tags=["answer", "verification", "pitfall"],
+    )
+
+# %% ../nbs/10_extract.ipynb #f88379e4
 def _answer_pitfall(
     a: TrajectoryArtifact, j: Judgment, shapes: dict, lits, applies: str
 ) -> dict | None:
     "The pitfall of a missing answer, or of an answer the judge did not accept; else None."
     answer_steps = [s for s in shapes.values() if s.name.casefold() in _ANSWER_ACTIONS]
     fin = f"`{answer_steps[-1].text}`" if answer_steps else "answering"
-    missing = [
-        _clip(" ".join(despecify(m, lits).split()), 120)
-        for m in j.missing[:2]
-        if isinstance(m, str) and m.strip()
-    ]
-    extra = "".join(f"\n{k}. Make sure you have observed: {m}" for k, m in enumerate(missing, 4))
+    extra = _missing_checks(j, lits)
     if not a.answer:
-        return dict(
-            title="Finish with an answer before the step budget runs out",
-            description=(
-                f"Pitfall: a failed run used up its steps and never gave an answer. {applies}"
-            ),
-            content=(
-                "1. Before acting, list the facts the task needs.\n2. After each observation,"
-                " check whether you already have enough to answer.\n3. When the budget is"
-                " nearly spent, give the best-supported answer instead of exploring further."
-            )
-            + extra,
-            tags=["answer", "budget", "pitfall"],
-        )
+        return _no_answer_pitfall(applies, extra)
     elif not a.errors or a.converged:
-        unsupported = bool(_UNSUPPORTED.search(j.reason or ""))
-        why = "not supported by what it observed" if unsupported else "wrong or not what was asked"
-        return dict(
-            title=(
-                "Verify the answer is stated in an observation before finishing"
-                if unsupported
-                else "Check the answer matches what the task asks before finishing"
-            ),
-            description=(
-                f"Pitfall: a failed run gave an answer the judge did not accept ({why}). {applies}"
-            ),
-            content=(
-                f"1. Before {fin}, point to the observation that states the answer; if none"
-                " does, keep looking.\n2. Answer exactly what the task asks: the kind of"
-                " value, its form and its unit.\n3. When the task combines several <entity>s,"
-                " collect the fact for each one before answering."
-            )
-            + extra,
-            tags=["answer", "verification", "pitfall"],
-        )
+        return _wrong_answer_pitfall(j, fin, applies, extra)
     return None
+
 
 
 def _induce_pitfalls(a: TrajectoryArtifact, j: Judgment) -> list[dict]:
