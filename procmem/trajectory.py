@@ -296,7 +296,8 @@ def _rlm_blocks(it, i: int) -> list:
 
 
 def _rlm_steps(blocks, thought: str, i: int) -> list[Step]:
-    "One iteration's steps, one per non-empty code block; the response's prose is the first's thought."
+    """One iteration's steps, one per non-empty code block; the response's prose is the first's
+    thought."""
     steps = []
     for j, b in enumerate(blocks):
         code = b if isinstance(b, str) else _get(b, "code")
@@ -340,7 +341,9 @@ def from_rlm_iterations(
     if answer is not None and not isinstance(answer, str):
         answer = _as_text(answer)
     meta = {"format": "rlm", "iterations": n_iter}
-    return Trajectory(task, steps, answer, **({"id": id} if id else {}), source=source, metadata=meta)
+    return Trajectory(
+        task, steps, answer, **({"id": id} if id else {}), source=source, metadata=meta
+    )
 
 # %% ../nbs/07_trajectory.ipynb #0c981de3
 def _strip_injected(text: str) -> tuple[str, bool]:
@@ -416,14 +419,17 @@ def _task_from(text, task, who: str) -> tuple[str, bool]:
 # %% ../nbs/07_trajectory.ipynb #22f07f30
 @dataclass
 class _ChatParse:
-    "What a pass over a chat transcript has read so far (shared by the Anthropic and OpenAI readers)."
+    """What a pass over a chat transcript has read so far (shared by the Anthropic and OpenAI
+    readers)."""
 
     who: str  # the format, named in error messages
     steps: list = field(default_factory=list)  # one `Step` per tool call
     pending: dict = field(default_factory=dict)  # call id -> index of its step, until answered
     thought: list = field(default_factory=list)  # assistant text since the last call
     first_user: str | None = None  # the first user text (the default task)
-    last_answer: str | None = None  # the last assistant text that calls no tool (the default answer)
+    last_answer: str | None = (
+        None  # the last assistant text that calls no tool (the default answer)
+    )
 
 
 def _chat_trajectory(chat: _ChatParse, task, answer, id, source: str, fmt: str) -> Trajectory:
@@ -573,7 +579,8 @@ def _openai_assistant(chat: _ChatParse, m, text: str, i: int):
 
 # %% ../nbs/07_trajectory.ipynb #62384986
 def _openai_tool(chat: _ChatParse, m, role: str, text: str, i: int):
-    "Fills the step that a `tool` (or legacy `function`) message answers; flagged errors are errors."
+    """Fills the step that a `tool` (or legacy `function`) message answers; flagged errors are
+    errors."""
     tid = _get(m, "tool_call_id") if role == "tool" else f"function:{_get(m, 'name')}"
     if tid not in chat.pending:
         raise TrajectoryError(
@@ -615,8 +622,8 @@ def from_openai_chat(
             _openai_tool(chat, m, role, text, i)
         else:
             raise TrajectoryError(
-                f"{chat.who}: messages[{i}].role {role!r} is not system, developer, user, assistant,"
-                " tool or function"
+                f"{chat.who}: messages[{i}].role {role!r} is not system, developer, user,"
+                " assistant, tool or function"
             )
     return _chat_trajectory(chat, task, answer, id, source, "openai")
 
@@ -677,7 +684,8 @@ def _read_json(path) -> object:
 
 # %% ../nbs/07_trajectory.ipynb #a685dcfa
 def _swe_dict(path_or_dict) -> tuple[Mapping, str]:
-    "The trajectory dict (read from a path) and its name for errors; fails unless it is mini-SWE-agent's."
+    """The trajectory dict (read from a path) and its name for errors; fails unless it is
+    mini-SWE-agent's."""
     d = _read_json(path_or_dict) if isinstance(path_or_dict, (str, Path)) else path_or_dict
     who = (
         f"mini-SWE-agent trajectory {path_or_dict}"
@@ -696,7 +704,8 @@ def _swe_dict(path_or_dict) -> tuple[Mapping, str]:
 
 # %% ../nbs/07_trajectory.ipynb #23f186e1
 def _swe_step(text: str) -> Step:
-    "An assistant message as a step: its one ```` ```bash ```` block the action, the text before it the thought."
+    """An assistant message as a step: its one ```` ```bash ```` block the action, the text before
+    it the thought."""
     blocks = _BASH_BLOCK.findall(text)
     thought = re.sub(
         r"^\s*THOUGHT:\s*", "", text[: text.find("```bash")] if blocks else text
@@ -709,13 +718,13 @@ def _swe_step(text: str) -> Step:
             args={"command": blocks[0].strip()},
         )
     return Step(
-        f"(format error: {len(blocks)} bash blocks; exactly one is required)",
-        thought=thought,
+        f"(format error: {len(blocks)} bash blocks; exactly one is required)", thought=thought
     )
 
 # %% ../nbs/07_trajectory.ipynb #3dc9b2d7
 def _swe_steps(messages: list, who: str) -> tuple[str, list, bool]:
-    "The task (the first user message), the steps, and whether memories were injected into the task."
+    """The task (the first user message), the steps, and whether memories were injected into the
+    task."""
     task, steps, pending, injected = None, [], None, False
     for i, m in enumerate(_messages(messages, who)):
         role, text = _get(m, "role"), _content_text(_get(m, "content"))
@@ -733,7 +742,8 @@ def _swe_steps(messages: list, who: str) -> tuple[str, list, bool]:
 
 
 def _swe_metadata(d: Mapping, info: Mapping, injected: bool) -> dict:
-    "The run's metadata: its format, and everything in `info` but the submission (that is the answer)."
+    """The run's metadata: its format, and everything in `info` but the submission (that is the
+    answer)."""
     meta = {
         "format": "mini-swe-agent",
         "trajectory_format": d.get("trajectory_format"),
@@ -805,7 +815,8 @@ def _reflexion_check(a: dict, section, where: str):
 
 # %% ../nbs/07_trajectory.ipynb #fdd37e90
 def _reflexion_steps(raw: list) -> list[Step]:
-    "The parsed `Thought/Action/Observation` dicts as `Step`s, each action split into name and args."
+    """The parsed `Thought/Action/Observation` dicts as `Step`s, each action split into name and
+    args."""
     steps = []
     for s in raw:
         action = s["action"].strip() or "(no action)"
@@ -860,7 +871,9 @@ class _ReflexionParse:
     trial: int | None = None  # the current `BEGIN TRIAL n`
     section: str | None = None  # CORRECT, INCORRECT or HALTED
     agent: dict | None = None  # the agent being read (None between agents)
-    target: tuple | None = None  # where a continuation line goes: question, reflections, a step field
+    target: tuple | None = (
+        None  # where a continuation line goes: question, reflections, a step field
+    )
 
 # %% ../nbs/07_trajectory.ipynb #da8417b9
 @patch
@@ -868,7 +881,8 @@ def _close(self: _ReflexionParse, n: int):
     "Fails when an agent is still open at line `n` (it never reached its `Correct answer:` line)."
     if self.agent is not None:
         raise TrajectoryError(
-            f"{self.p}:{self.agent['line']}: this agent has no 'Correct answer:' line before line {n}"
+            f"{self.p}:{self.agent['line']}: this agent has no 'Correct answer:' line before"
+            f" line {n}"
         )
 
 
@@ -895,7 +909,8 @@ def _structure(self: _ReflexionParse, n: int, line: str) -> bool:
 # %% ../nbs/07_trajectory.ipynb #48f64835
 @patch
 def _end_agent(self: _ReflexionParse, line: str):
-    "Closes the agent at its `Correct answer:` line: it becomes a `Trajectory`, counted per section."
+    """Closes the agent at its `Correct answer:` line: it becomes a `Trajectory`, counted per
+    section."""
     agent = self.agent
     agent["gold"] = line[len("Correct answer:") :].strip()
     where = f"{self.p}:{agent['line']}"
@@ -907,7 +922,8 @@ def _end_agent(self: _ReflexionParse, line: str):
 
 @patch
 def _react(self: _ReflexionParse, kind: str, text: str):
-    "Reads a `Thought/Action/Observation i:` line; `Answer is ...` is the verdict, not an observation."
+    """Reads a `Thought/Action/Observation i:` line; `Answer is ...` is the verdict, not an
+    observation."""
     if kind == "Observation" and _RX_VERDICT.match(text):
         self.agent["verdict"] = _RX_VERDICT.match(text).group(1)
         self.target = None
@@ -946,7 +962,9 @@ def _feed(self: _ReflexionParse, n: int, line: str):
         return
     if self.agent is None:
         if line.strip() and not line.startswith("#"):
-            raise TrajectoryError(f"{self.p}:{n}: unexpected text outside an agent: {_short(line)!r}")
+            raise TrajectoryError(
+                f"{self.p}:{n}: unexpected text outside an agent: {_short(line)!r}"
+            )
         return
     if line.startswith("Correct answer:"):
         self._end_agent(line)
@@ -964,7 +982,8 @@ def _finish(self: _ReflexionParse, check_counts: bool):
     "Fails when the log ends inside an agent or (with `check_counts`) a trial's counts are off."
     if self.agent is not None:
         raise TrajectoryError(
-            f"{self.p}:{self.agent['line']}: the log ends inside an agent (no 'Correct answer:' line)"
+            f"{self.p}:{self.agent['line']}: the log ends inside an agent (no 'Correct answer:'"
+            " line)"
         )
     if not check_counts:
         return
@@ -1266,13 +1285,13 @@ def error_signature(err: str) -> str:
         s = rx.sub(rep, s)
     return " ".join(s.split())
 
-# %% ../nbs/07_trajectory.ipynb #4bf3e761
+# %% ../nbs/07_trajectory.ipynb #13bca922
 def key_step_indices(
     n_steps: int,  # number of steps
     error_steps=(),  # indices of error steps, in order of preference
 ) -> list[int]:
-    """0-based indices of the key steps: all if ≤ 10, else the first 3, up to 3 error steps between,
-    the last 4."""
+    """0-based indices of the key steps: all if ≤ 10, else the first 3, up to 3 error steps
+    between, the last 4."""
     if n_steps <= 10:
         return list(range(n_steps))
     mid = [i for i in error_steps if 3 <= i < n_steps - 4][:3]
@@ -1353,7 +1372,7 @@ def detect_loop(
         "steps": count * period,
     }
 
-# %% ../nbs/07_trajectory.ipynb #b65de8b4
+# %% ../nbs/07_trajectory.ipynb #aec2e292
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
@@ -1375,8 +1394,8 @@ def summarize_namespace(
     max_items: int = 8,  # variables listed; the rest are counted
     max_repr: int = 60,  # characters per value
 ) -> dict:
-    """Public variables of a namespace as name → 'type (len n): short repr', bounded; private names,
-    modules, functions, classes skipped."""
+    """Public variables of a namespace as name → 'type (len n): short repr', bounded; private
+    names, modules, functions, classes skipped."""
     if ns is None:
         return {}
     if not isinstance(ns, Mapping):
