@@ -14,7 +14,12 @@ from .judge import Judgment, attributable, error_cause
 from .llm import LLMError
 from .text import STOPWORDS
 from .inject import strip_injected_memories
-from .trajectory import Trajectory, TrajectoryArtifact, as_trajectory, extract_trajectory_artifact
+from procmem.trajectory import (
+    Trajectory,
+    TrajectoryArtifact,
+    as_trajectory,
+    extract_trajectory_artifact,
+)
 
 # %% auto #0
 __all__ = ['MAX_ITEMS', 'OFFLINE_EXTRACTOR', 'TRUST_LEVELS', 'SOURCE_TRUST', 'SUCCESS_SYSTEM', 'FAILURE_SYSTEM',
@@ -84,14 +89,16 @@ def trust_for_source(
         return "untrusted"
     return SOURCE_TRUST.get(source.strip().casefold(), "untrusted")
 
-# %% ../nbs/10_extract.ipynb #595538d1
+# %% ../nbs/10_extract.ipynb #c879dc22
 _URL = re.compile(r"\b(?:https?|ftp|file)://[^\s<>\"'`)\]]+|\bwww\.[^\s<>\"'`)\]]+", re.I)
 _EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
 _QUOTED = re.compile(
-    r"(?<!\w)(?:\"[^\"\n]{1,300}\"|'[^'\n]{1,300}'|“[^”\n]{1,300}”|‘[^’\n]{1,300}’|`[^`\n]{1,300}`)(?!\w)"
+    r"(?<!\w)(?:\"[^\"\n]{1,300}\"|'[^'\n]{1,300}'|“[^”\n]{1,300}”"
+    r"|‘[^’\n]{1,300}’|`[^`\n]{1,300}`)(?!\w)"
 )
 _EXT = (  # file extensions
-    "(?:py|ipynb|js|ts|tsx|jsx|json|jsonl|txt|md|rst|csv|tsv|html?|css|ya?ml|toml|ini|cfg|sh|rs|go|java"
+    "(?:py|ipynb|js|ts|tsx|jsx|json|jsonl|txt|md|rst|csv|tsv|html?|css|ya?ml|toml|ini|cfg"
+    "|sh|rs|go|java"
     "|kt|c|h|cc|cpp|hpp|rb|php|log|xml|sql|db|pdf|png|jpe?g|gif|svg|zip|gz|tar)"
 )
 _PATH = re.compile(
@@ -99,7 +106,8 @@ _PATH = re.compile(
     rf"|\b[\w-]+(?:\.[\w-]+)*\.{_EXT}\b"
 )
 _ID = re.compile(
-    r"\b(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|0x[0-9a-f]+|[a-z][\w-]*:[A-Za-z_][\w-]*"
+    r"\b(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|0x[0-9a-f]+"
+    r"|[a-z][\w-]*:[A-Za-z_][\w-]*"
     r"|(?=[A-Za-z_-]*\d)(?=[\d_-]*[A-Za-z])(?![A-Za-z]+\d\b)[A-Za-z0-9_-]{3,})\b",
     re.I,
 )
@@ -172,7 +180,7 @@ def _replace_names(s: str) -> str:
         s = s[:a] + "<entity>" + s[b:]
     return s
 
-# %% ../nbs/10_extract.ipynb #28b68c42
+# %% ../nbs/10_extract.ipynb #a924e48e
 def _is_literal(v) -> bool:
     """Whether `v` is specific enough to replace wherever it occurs (not a stopword, not a
     placeholder, at least 3 characters)."""
@@ -186,7 +194,7 @@ def _is_literal(v) -> bool:
 
 def despecify(
     text: str,  # text that may carry a task's specifics
-    literals=(),  # known specific values (action arguments, the answer), replaced wherever they occur
+    literals=(),  # known specific values (action arguments, the answer), replaced anywhere
 ) -> str:
     """`text` with specific values replaced by placeholders: the given literals, URLs, e-mails,
     quoted strings, paths, ids, numbers and capitalised names."""
@@ -926,9 +934,7 @@ def _no_answer_pitfall(applies: str, extra: str) -> dict:
     "The pitfall of a run that used up its steps without answering."
     return dict(
         title="Finish with an answer before the step budget runs out",
-        description=(
-            f"Pitfall: a failed run used up its steps and never gave an answer. {applies}"
-        ),
+        description=f"Pitfall: a failed run used up its steps and never gave an answer. {applies}",
         content=(
             "1. Before acting, list the facts the task needs.\n2. After each observation,"
             " check whether you already have enough to answer.\n3. When the budget is"
@@ -977,7 +983,6 @@ def _answer_pitfall(
     return None
 
 
-
 def _induce_pitfalls(a: TrajectoryArtifact, j: Judgment) -> list[dict]:
     "Pitfalls with checklists from a failed run: a loop, the first error, dead ends, the answer."
     lits = _literals(a)
@@ -990,23 +995,32 @@ def _induce_pitfalls(a: TrajectoryArtifact, j: Judgment) -> list[dict]:
     return [p for p in out if p is not None]
 
 # %% ../nbs/10_extract.ipynb #08ea60bf
-def _unframed(text:str|None) -> str|None:
+def _unframed(text: str | None) -> str | None:
     "`text` without procmem's injected blocks (None stays None)."
     return strip_injected_memories(text) if isinstance(text, str) else text
 
+
 def without_injected(trajectory) -> Trajectory:
-    "A copy of a run with procmem's injected blocks removed from its texts (a task keeps its words)."
+    """A copy of a run with procmem's injected blocks removed from its texts (a task keeps its
+    words)."""
     t = as_trajectory(trajectory)
-    steps = [dataclasses.replace(st, observation=_unframed(st.observation), thought=_unframed(st.thought))
-             for st in t.steps]
+    steps = [
+        dataclasses.replace(
+            st, observation=_unframed(st.observation), thought=_unframed(st.thought)
+        )
+        for st in t.steps
+    ]
     task = _unframed(t.task).strip() or t.task  # a task that is only a block stays as it was
-    return dataclasses.replace(t, task=task, answer=_unframed(t.answer), steps=steps,
-                               metadata=dict(t.metadata or {}))
+    return dataclasses.replace(
+        t, task=task, answer=_unframed(t.answer), steps=steps, metadata=dict(t.metadata or {})
+    )
 
 # %% ../nbs/10_extract.ipynb #2a912c7e
 def _as_artifact(x) -> TrajectoryArtifact:
     "`x` as a `TrajectoryArtifact`; a run is converted, without procmem's injected blocks."
-    return x if isinstance(x, TrajectoryArtifact) else extract_trajectory_artifact(without_injected(x))
+    return (
+        x if isinstance(x, TrajectoryArtifact) else extract_trajectory_artifact(without_injected(x))
+    )
 
 
 def _as_judgment(x) -> Judgment:
