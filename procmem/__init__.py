@@ -12,6 +12,10 @@ from .retrieval import *
 from .inject import *
 from .bootstrap import *
 from .trajectory import *
+from .chat_logs import *
+from .agent_logs import *
+from .research_logs import *
+from .ingest import *
 from .llm import *
 from .judge import *
 from .extract import *
@@ -41,6 +45,8 @@ __all__ = [
     "as_trajectory", "from_rlm_iterations", "from_anthropic_messages", "from_openai_chat",
     "from_minisweagent", "from_reflexion_log", "hide_outcome", "detect_trajectory_format",
     "detect_loop", "extract_trajectory_artifact",
+    # log formats
+    "LogKeys", "LogFormat", "RecordError", "register_format", "label_outcome",
     # the LLM seam
     "AnthropicLLM", "Usage", "LLMError", "PRICES", "DEFAULT_MODEL", "resolve_model",
     # judge and extractor

@@ -23,7 +23,8 @@ from procmem.store import (
 from .retrieval import retrieve_memories
 from .inject import format_memories_for_injection
 from .bootstrap import bootstrap_general_strategies
-from .trajectory import read_trajectories, TrajectoryError
+from .trajectory import TrajectoryError
+from .ingest import read_trajectories
 from .loop import learn_from_trajectory, demo_trajectories
 from .llm import AnthropicLLM, resolve_model
 

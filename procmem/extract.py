@@ -14,12 +14,8 @@ from .judge import Judgment, attributable, error_cause
 from .llm import LLMError
 from .text import STOPWORDS
 from .inject import strip_injected_memories
-from procmem.trajectory import (
-    Trajectory,
-    TrajectoryArtifact,
-    as_trajectory,
-    extract_trajectory_artifact,
-)
+from .trajectory import Trajectory, TrajectoryArtifact, extract_trajectory_artifact
+from .ingest import as_trajectory
 
 # %% auto #0
 __all__ = ['MAX_ITEMS', 'OFFLINE_EXTRACTOR', 'TRUST_LEVELS', 'SOURCE_TRUST', 'SUCCESS_SYSTEM', 'FAILURE_SYSTEM',

@@ -10,14 +10,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 import pydantic
 from .text import tokenize
-from procmem.trajectory import (
-    Trajectory,
-    TrajectoryArtifact,
-    action_key,
-    as_trajectory,
-    detect_loop,
-    extract_trajectory_artifact,
-)
+from .trajectory import Trajectory, TrajectoryArtifact, action_key, detect_loop, extract_trajectory_artifact
+from .ingest import as_trajectory
 from .llm import AnthropicLLM, LLMError
 
 # %% auto #0

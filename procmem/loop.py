@@ -10,13 +10,8 @@ from .core import MemoryItem
 from .store import MemoryStore
 from .retrieval import retrieve_memories
 from .inject import format_memories_for_injection, injected_memories
-from procmem.trajectory import (
-    Trajectory,
-    Step,
-    as_trajectory,
-    extract_trajectory_artifact,
-    TrajectoryError,
-)
+from .trajectory import Trajectory, Step, extract_trajectory_artifact, TrajectoryError
+from .ingest import as_trajectory
 from .llm import Usage
 from procmem.judge import (
     Judgment,
@@ -249,7 +244,7 @@ def learn_from_trajectory(
 def demo_trajectories() -> list[Trajectory]:
     "The sample trajectories shipped for `procmem demo`."
     from importlib.resources import files
-    from procmem.trajectory import read_trajectories
+    from procmem.ingest import read_trajectories
 
     return read_trajectories(files("procmem") / "data" / "demo_trajectories.jsonl")
 

@@ -19,7 +19,9 @@ from procmem.extract import (MAX_ITEMS, OFFLINE_EXTRACTOR, Extraction, MemoryRep
 from procmem.judge import Judgment
 from procmem.llm import DUMMY_API_KEY, LLMError, MissingRecording, _read_reply, fake_anthropic, write_recording
 from procmem.text import STOPWORDS
-from procmem.trajectory import Step, Trajectory, from_minisweagent, from_reflexion_log
+from procmem.trajectory import Step, Trajectory
+from procmem.agent_logs import from_minisweagent
+from procmem.research_logs import from_reflexion_log
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"

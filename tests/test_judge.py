@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from procmem.judge import (CONFIDENCE_SCORES, FAILURE_CLASSES, JUDGE_SYSTEM, JudgeVerdict, Judgment, answer_in_observation_judge,
                            extrinsic_cause, judge_agreement, judge_prompt, judge_trajectory, offline_judge, verdict_judgment)
 from procmem.llm import DEFAULT_MODEL, DUMMY_API_KEY, LLMError, MissingRecording, fake_anthropic, write_recording
-from procmem.trajectory import Step, Trajectory, extract_trajectory_artifact, from_reflexion_log, hide_outcome
+from procmem.trajectory import Step, Trajectory, extract_trajectory_artifact, hide_outcome
+from procmem.research_logs import from_reflexion_log
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "llm" / "judge"

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from procmem.trajectory import (ARTIFACT_LIMITS, LABEL_KEYS, Step, Trajectory, TrajectoryError, detect_loop,
-                                detect_trajectory_format, extract_trajectory_artifact, from_anthropic_messages,
-                                from_minisweagent, from_openai_chat, from_reflexion_log, from_rlm_iterations,
-                                hide_outcome, read_trajectories)
+from procmem.trajectory import ARTIFACT_LIMITS, LABEL_KEYS, Step, Trajectory, TrajectoryError, detect_loop, extract_trajectory_artifact, hide_outcome
+from procmem.ingest import detect_trajectory_format, read_trajectories
+from procmem.chat_logs import from_anthropic_messages, from_openai_chat
+from procmem.agent_logs import from_minisweagent
+from procmem.research_logs import from_reflexion_log, from_rlm_iterations
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
