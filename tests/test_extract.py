@@ -1,6 +1,6 @@
 """procmem.extract: extract_memories and extract_memories_contrastive, offline and through the real anthropic SDK.
 
-The LLM tests run the real SDK against procmem.llm.fake_anthropic, a local server on 127.0.0.1 that answers
+The LLM tests run the real SDK against procmem.testing.fake_anthropic, a local server on 127.0.0.1 that answers
 from recordings in tests/fixtures/llm/extract/. The replies in those recordings are hand-written responses in
 the Messages API format (there was no API access when they were written); write_recordings.py in that folder
 rewrites them after a prompt change (review the diff). No test may reach the network: a guard on
@@ -17,7 +17,8 @@ from procmem.core import MemoryItem
 from procmem.extract import (MAX_ITEMS, OFFLINE_EXTRACTOR, Extraction, MemoryReply, despecify, extract_memories,
                              extract_memories_contrastive, trust_for_source)
 from procmem.judge import Judgment
-from procmem.llm import DUMMY_API_KEY, LLMError, MissingRecording, _read_reply, fake_anthropic, write_recording
+from procmem.llm import LLMError, _read_reply
+from procmem.testing import DUMMY_API_KEY, MissingRecording, fake_anthropic, write_recording
 from procmem.text import STOPWORDS
 from procmem.trajectory import Step, Trajectory
 from procmem.agent_logs import from_minisweagent
@@ -158,8 +159,8 @@ def test_offline_on_the_whole_reflexion_log():
 def test_offline_success_sample_from_the_excerpt():
     t = from_reflexion_log(EXCERPT)[0]
     m, = extract_memories(t, truth(t))
-    assert m.title == "Search <entity>, then finish with <answer>"
-    assert steps_of(m) == ["1. Search <entity>: `Search[<entity>]` (repeat as needed)", "2. Finish with <answer>: `Finish[<answer>]`"]
+    assert m.title == "Search <entity>, then finish with <answer> for “Which of <entity> and <entity> has been a member of more bands”"
+    assert steps_of(m) == ["1. Search <entity> named in the task (each one): `Search[<entity>]`", "2. Finish with <answer>: `Finish[<answer>]`"]
     assert "Jonny" not in m.description and "Doherty" not in m.description
     assert m.tags == ["search", "finish", "procedure"]
 
@@ -167,9 +168,12 @@ def test_offline_success_sample_from_the_excerpt():
 def test_offline_failure_pitfalls_from_the_excerpt():
     r = from_reflexion_log(EXCERPT)
     wrong = extract_memories(r[3], truth(r[3]))
-    assert [m.title for m in wrong] == ["Check the answer matches what the task asks before finishing"]
+    assert [m.title for m in wrong] == ["Check the answer to “What is the first name of <entity>'s father” matches what is asked"]
+    # the pitfall quotes the run's own path to its wrong answer, de-specified ('father' is a keyword, no specific)
+    assert "a failed run went `Search[<entity>]` → `Lookup[father]` → `Finish[<answer>]`" in wrong[0].description
     halted = extract_memories(r[4], truth(r[4]))
-    assert "Finish with an answer before the step budget runs out" in [m.title for m in halted]
+    assert "Answer “whats the famous bavagheet by <entity>” before the step budget runs out" in [m.title for m in halted]
+    assert "the first, `Lookup[famous bavagheet]`, answered “No Results”" in halted[0].description
     for t in r:
         for m in extract_memories(t, truth(t)): assert not leaks(m, t.task), (m.title, m.content)
 
@@ -190,7 +194,8 @@ def test_offline_on_the_minisweagent_trajectory():
 def test_minisweagent_as_a_failure_gives_an_error_pitfall():
     t = from_minisweagent(MINISWE)
     out = extract_memories(t, Judgment(False, "The patch was never tested against the reported call.", 0.7, failure_class="intrinsic"))
-    assert out[0].title == "Check the target exists before you run cat"
+    assert out[0].title.startswith("Check the target exists before `cat <path>`: it failed with “returncode <number>: cat: <path>: No such")
+    assert "step 1 `cat <path>` ended in a missing file, module or command" in out[0].description  # the run's own error
     assert all(not leaks(m, t.task) for m in out) and all(m.source_type == "failure" for m in out)
 
 
@@ -198,8 +203,10 @@ def test_loop_signal_and_dead_ends_become_pitfalls():
     S = lambda q: Step(f"Search[{q}]", f"Could not find [{q}].", name="Search", args=q)
     t = Trajectory("When did the Acme Rocket Club disband?", [S("Acme Rocket Club")] * 4, None, id="loop", source="web")
     out = extract_memories(t, Judgment(False, "no answer", 0.9, failure_class="adaptive"))
-    assert [m.title for m in out] == ["Avoid repeating Search with the same argument", "Change the query when Search finds nothing",
-                                      "Finish with an answer before the step budget runs out"]
+    assert [m.title for m in out] == ["Avoid repeating `Search[<entity>]` unchanged", "Change the query when `Search[<entity>]` finds nothing",
+                                      "Answer “When did the <entity> disband” before the step budget runs out"]
+    assert "issued `Search[<entity>]` 4 times from step 1" in out[0].description
+    assert "took 4 steps (`Search[<entity>]` ×4)" in out[2].description
     assert extract_memories(t, Judgment(False, "no answer", 0.9, failure_class="adaptive"), max_items=1)[0].title.startswith("Avoid repeating")
 
 
