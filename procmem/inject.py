@@ -89,20 +89,22 @@ def _check_non_negative(name: str, v) -> None:
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
 
-# %% ../nbs/05_inject.ipynb #36a4fbb4
+# %% ../nbs/05_inject.ipynb #1efed6fa
 def memory_key_points(
-    item: MemoryItem, max_bullets: int = 3  # the memory to summarise  # at most this many points
+    item: MemoryItem,  # the memory to summarise
+    max_bullets: int = 3,  # sentences of prose content; steps are never cut; 0: no key points
 ) -> list[str]:
-    """Up to `max_bullets` neutralised key points of `item`: its steps or bullets, else its
-    sentences."""
+    """The neutralised key points of `item`: all its steps or bullets (a procedure is shown whole),
+    else up to `max_bullets` of its sentences."""
     if not isinstance(item, MemoryItem):
         raise TypeError(f"memory_key_points expects a MemoryItem, got {type(item).__name__}")
     _check_non_negative("max_bullets", max_bullets)
     if max_bullets == 0:
         return []
-    parts = procedure_steps(item.content) or _SENTENCE_END.split(_one_line(item.content or ""))
-    points = [_truncate(p, BULLET_CAP) for p in map(neutralize_text, parts) if p]
-    return points[:max_bullets]
+    if steps := procedure_steps(item.content):
+        return [_truncate(p, BULLET_CAP) for p in map(neutralize_text, steps) if p]
+    parts = _SENTENCE_END.split(_one_line(item.content or ""))
+    return [_truncate(p, BULLET_CAP) for p in map(neutralize_text, parts) if p][:max_bullets]
 
 # %% ../nbs/05_inject.ipynb #922cb2f5
 def _render_item(i: int, item: MemoryItem, max_bullets: int) -> str:
@@ -164,10 +166,10 @@ def _fit_items(memories, max_bullets: int, budget_chars: int) -> list[tuple[Memo
             size += cost
     return out
 
-# %% ../nbs/05_inject.ipynb #6630c7e9
+# %% ../nbs/05_inject.ipynb #39073402
 def format_memories_for_injection(
     memories,  # MemoryItems in priority order (any iterable; None = none)
-    max_bullets: int = 3,  # key points per item
+    max_bullets: int = 3,  # sentences of prose content per item (steps are never cut); 0: none
     budget_chars: int = 1500,  # the whole block never exceeds this
     nonce: str | None = None,  # the markers' nonce; None: a fresh random one
 ) -> str:

@@ -136,3 +136,43 @@ def test_strip_is_fast_on_adversarial_text():
         t0 = time.perf_counter()
         assert strip_injected_memories(text) == text
         assert time.perf_counter() - t0 < 2.0  # ~0.05 s here; a quadratic scan took 0.4 s on a fifth of the first
+
+
+# ------------------------------------------- a procedure is shown whole (issue 7: max_bullets never cuts steps)
+from procmem.inject import memory_key_points, neutralize_text, procedure_steps
+
+_step_text = st.text(st.characters(whitelist_categories=("Ll", "Lu", "Nd")), min_size=1, max_size=30)
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_step_text, min_size=1, max_size=12), st.integers(0, 3000), st.integers(1, 5), st.sampled_from(["1. ", "- "]))
+def test_a_procedure_is_shown_whole_or_not_at_all(steps, budget, max_bullets, marker):
+    content = "\n".join((f"{i}. " if marker == "1. " else marker) + s for i, s in enumerate(steps, 1))
+    m = MemoryItem("A procedure", "When it applies.", content)
+    block = format_memories_for_injection([m], max_bullets=max_bullets, budget_chars=budget, nonce=_N)
+    assert len(block) <= budget
+    if block:  # the budget decides whether the item is shown; max_bullets never cuts its steps
+        shown = [l[2:] for l in block.split("\n") if l.startswith("- ")]
+        assert shown == [neutralize_text(s) for s in steps] and len(shown) == len(procedure_steps(content))
+    else:
+        assert len(format_memories_for_injection([m], max_bullets=max_bullets, budget_chars=10**6)) > budget
+
+
+def test_prose_is_still_cut_to_max_bullets_and_zero_shows_no_points():
+    prose = MemoryItem("Check the schema", content="Read the schema first. Then query! Does it apply? Last one.")
+    assert memory_key_points(prose, 2) == ["Read the schema first.", "Then query!"]
+    proc = MemoryItem("P", content="1. a\n2. b\n3. c\n4. d")
+    assert memory_key_points(proc, 1) == ["a", "b", "c", "d"] and memory_key_points(proc, 0) == []
+
+
+def test_an_extracted_procedure_from_a_real_run_is_injected_whole():
+    "The offline procedure of the real mini-SWE-agent run has 8 steps; the default block (max_bullets=3) shows all 8."
+    from procmem.agent_logs import from_minisweagent
+    from procmem.extract import extract_memories
+    from procmem.judge import Judgment
+    run = from_minisweagent(Path(__file__).parent / "fixtures" / "trajectories" / "minisweagent_test_output.json")
+    m, = extract_memories(run, Judgment(True, "The patch adds the colon and the script runs.", 0.8), domain="code")
+    steps = procedure_steps(m.content)
+    assert len(steps) == 8
+    block = format_memories_for_injection([m], nonce=_N)
+    assert block and [l[2:] for l in block.split("\n") if l.startswith("- ")] == steps
+    assert steps[-1].startswith("Run echo") and steps[-1] in block  # the submission, the last step, is shown
