@@ -1,9 +1,12 @@
-"""The LLM seam (procmem.llm) through the real anthropic SDK against the local fake server.
+"""The LLM seam (procmem.llm) through the real anthropic SDK against the local fake server (procmem.testing).
 
 The replies in tests/fixtures/llm/ are hand-written in the Messages API format (there was no API
-access when they were written) and served on 127.0.0.1; see nbs/08_llm.ipynb. No test here may
-reach the network: a guard on socket.connect fails any connection that is not to the loopback."""
-import json, socket, threading
+access when they were written; each file says so in its `hand_written` field) and served on
+127.0.0.1; see nbs/08_llm.ipynb and nbs/14_testing.ipynb. No test here may reach the network: a
+guard on socket.connect fails any connection that is not to the loopback.
+Real replies: ANTHROPIC_API_KEY=<real key> PROCMEM_RECORD=1 pytest tests/test_llm.py (after deleting
+the files to replace; see tests/fixtures/llm/write_recordings.py)."""
+import json, os, socket, subprocess, sys, threading, time, warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
@@ -12,8 +15,9 @@ import anthropic
 import pydantic
 import pytest
 
-from procmem.llm import (DEFAULT_MODEL, DUMMY_API_KEY, MISSING_RECORDING_ERROR, PRICES, AnthropicLLM, LLMError,
-                         MissingRecording, Usage, fake_anthropic, recording_path, request_key)
+from procmem.llm import DEFAULT_MODEL, PRICES, AnthropicLLM, LLMError, Usage
+from procmem.testing import (DUMMY_API_KEY, HANDWRITTEN_NOTE, MISSING_RECORDING_ERROR, MissingRecording, fake_anthropic,
+                             list_recordings, recording_path, request_key)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "llm"
 
@@ -36,6 +40,9 @@ REFUSED = task("Write a working exploit for the login service and report whether
 OFF_SCHEMA = task("List the properties whose domain is ex:Person.\nStep 1: Person_meta.domains -> [ex:name]\nAnswer: ex:name")
 EMPTY = task("Find a path from ex:Dog to ex:Plant.\nStep 1: find_path(ex:Dog, ex:Plant) -> []\nAnswer: none")
 TRUNCATED = task("Describe ex:Dog.\nStep 1: describe_entity(ex:Dog) -> 14 triples\nAnswer: a domesticated mammal")
+NO_PERMISSION = task("case: no permission")
+UNKNOWN_MODEL = "claude-haiku-0-0"
+RATE_LIMITED_ONCE = task("case: rate limited once")
 
 
 pytestmark = pytest.mark.usefixtures("no_network")  # see conftest.py
@@ -127,7 +134,9 @@ def test_a_reply_without_a_valid_object_is_none_with_a_reason(prompt, kwargs, re
     (task("case: provider error"), {}, "extrinsic", 500),
     (task("case: slow provider"), {"timeout": 0.3}, "extrinsic", None),
     ("", {}, "intrinsic", 400),
-    (task("case: bad key"), {}, "intrinsic", 401),
+    (task("case: bad key"), {}, "fatal", 401),
+    (NO_PERMISSION, {}, "fatal", 403),
+    (ANIMAL, {"model": UNKNOWN_MODEL}, "fatal", 404),
 ])
 def test_sdk_failures_raise_classified_llm_errors(prompt, kwargs, kind, status):
     with fake_anthropic(FIXTURES) as fake:
@@ -137,14 +146,80 @@ def test_sdk_failures_raise_classified_llm_errors(prompt, kwargs, kind, status):
     assert (info.value.kind, info.value.status) == (kind, status)
     assert isinstance(info.value.__cause__, anthropic.AnthropicError)
     assert llm.calls[-1]["ok"] is False and llm.usage.calls == 0
+    assert "\n" not in str(info.value) and str(info.value).startswith(f"{kind} failure calling {llm.model}: ")
 
 
-def test_connection_refused_is_extrinsic():
+@pytest.mark.parametrize("prompt, model, status, error_type", [
+    (task("case: bad key"), DEFAULT_MODEL, 401, "authentication_error"),
+    (NO_PERMISSION, DEFAULT_MODEL, 403, "permission_error"),
+    (ANIMAL, UNKNOWN_MODEL, 404, "not_found_error"),
+])
+def test_key_permission_and_model_errors_are_fatal_at_the_first_call_even_with_retries(prompt, model, status, error_type):
+    with fake_anthropic(FIXTURES) as fake:
+        llm = fake.llm(model, max_retries=2)
+        with pytest.raises(LLMError) as info:
+            llm.complete_json(SYSTEM, prompt, Verdict)
+    assert (info.value.kind, info.value.status, info.value.error_type) == ("fatal", status, error_type)
+    assert len(fake.requests) == 1  # the SDK does not retry them, and procmem raised at once
+    assert "check ANTHROPIC_API_KEY" in str(info.value)
+
+
+def test_no_api_key_is_fatal(monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    llm = AnthropicLLM(client=anthropic.Anthropic(base_url="http://127.0.0.1:9", max_retries=0))
+    with pytest.raises(LLMError, match="fatal failure calling .*: no API key") as info:
+        llm.complete_json(SYSTEM, ANIMAL, Verdict)
+    assert info.value.kind == "fatal" and info.value.status is None
+
+
+def _closed_port():
     s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+    return port
+
+
+def test_connection_refused_is_fatal_after_the_sdk_retries():
+    port = _closed_port()
+    llm = AnthropicLLM(client=anthropic.Anthropic(api_key=DUMMY_API_KEY, base_url=f"http://127.0.0.1:{port}", max_retries=1))
+    t0 = time.perf_counter()
+    with pytest.raises(LLMError) as info:
+        llm.complete_json(SYSTEM, ANIMAL, Verdict)
+    assert info.value.kind == "fatal" and info.value.status is None
+    assert str(info.value).startswith(f"fatal failure calling {DEFAULT_MODEL}: could not connect ([Errno 111] Connection refused)")
+    assert time.perf_counter() - t0 > 0.3  # the SDK waited and tried again before giving up
+    assert len(llm.calls) == 1 and llm.calls[0]["ok"] is False
+
+
+def test_a_dropped_connection_or_a_timeout_stays_extrinsic():
+    with fake_anthropic(FIXTURES) as fake:
+        with pytest.raises(LLMError) as info:
+            fake.llm(timeout=0.3).complete_json(SYSTEM, task("case: slow provider"), Verdict)
+    assert info.value.kind == "extrinsic" and "timed out" in str(info.value)
+    srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1)  # accepts, then closes without answering
+    port = srv.getsockname()[1]
+    def hang_up():
+        conn, _ = srv.accept(); conn.recv(65536); conn.close()
+    t = threading.Thread(target=hang_up, daemon=True); t.start()
     llm = AnthropicLLM(client=anthropic.Anthropic(api_key=DUMMY_API_KEY, base_url=f"http://127.0.0.1:{port}", max_retries=0))
     with pytest.raises(LLMError) as info:
         llm.complete_json(SYSTEM, ANIMAL, Verdict)
-    assert info.value.kind == "extrinsic" and "could not connect" in str(info.value)
+    t.join(2); srv.close()
+    assert info.value.kind == "extrinsic" and "the connection failed (Server disconnected" in str(info.value)
+
+
+def test_a_rate_limit_is_retried_by_the_sdk_and_then_answered():
+    with fake_anthropic(FIXTURES) as fake:
+        llm = fake.llm(max_retries=2)
+        verdict, reason = llm.complete_json(SYSTEM, RATE_LIMITED_ONCE, Verdict)
+    assert [r["served"] for r in fake.requests] == [fake.requests[0]["served"]] * 2 and fake.requests[0]["served"]
+    assert verdict.is_success is True and reason is None
+    assert llm.usage.calls == 1 and llm.calls[0]["ok"] is True  # one call for procmem, two attempts for the SDK
+
+
+def test_without_retries_the_same_rate_limit_is_an_extrinsic_error():
+    with fake_anthropic(FIXTURES) as fake:
+        with pytest.raises(LLMError) as info:
+            fake.llm().complete_json(SYSTEM, RATE_LIMITED_ONCE, Verdict)
+    assert (info.value.kind, info.value.status, len(fake.requests)) == ("extrinsic", 429, 1)
 
 
 def test_the_sdk_retries_before_procmem_raises():
@@ -180,30 +255,87 @@ def test_missing_recording_fails_loudly_and_sends_nothing():
     assert miss.request["messages"] == [{"role": "user", "content": "a prompt nobody recorded"}]
 
 
+def test_missing_recording_is_raised_at_the_call_by_the_fake_client():
+    with fake_anthropic(FIXTURES) as fake:
+        with pytest.raises(MissingRecording) as info:
+            fake.client().messages.create(model=DEFAULT_MODEL, max_tokens=10, messages=[{"role": "user", "content": "unrecorded"}])
+        fake.misses.clear()  # handled here; the block would raise it again on exit
+    assert info.value.request["max_tokens"] == 10 and len(fake.requests) == 1
+
+
 def test_missing_recording_survives_a_caller_that_swallows_errors():
+    "A client built from the environment has no middleware: the SDK sees a 404, a careless caller swallows it, the block raises."
     with pytest.raises(MissingRecording, match="no recording for this Claude request"):
         with fake_anthropic(FIXTURES) as fake:
-            try: fake.client().messages.create(model=DEFAULT_MODEL, max_tokens=10, messages=[{"role": "user", "content": "unrecorded"}])
+            try: anthropic.Anthropic(max_retries=0).messages.create(model=DEFAULT_MODEL, max_tokens=10,
+                                                                   messages=[{"role": "user", "content": "unrecorded"}])
             except anthropic.APIStatusError as e:
                 assert e.status_code == 404 and e.body["error"]["type"] == MISSING_RECORDING_ERROR
 
 
-def test_every_recording_is_well_formed_and_replays():
-    files = sorted(FIXTURES.glob("*.json"))
-    assert len(files) >= 10
-    for f in files:
-        rec = json.loads(f.read_text(encoding="utf-8"))
-        assert rec["key"] == request_key(rec["request"]) and f.name == rec["key"][:16] + ".json"
-        assert "hand-written" in rec["note"] or rec["note"].startswith("recorded from")
-        if rec["status"] == 200:
-            msg = anthropic.types.Message.model_validate(rec["body"])  # exactly the API's response format
+ALL_RECORDINGS = sorted(FIXTURES.rglob("*.json"))
+
+
+@pytest.mark.parametrize("f", ALL_RECORDINGS, ids=[f.relative_to(FIXTURES).as_posix() for f in ALL_RECORDINGS])
+def test_every_recording_is_well_formed_and_says_whether_it_is_hand_written(f):
+    rec = json.loads(f.read_text(encoding="utf-8"))
+    assert rec["key"] == request_key(rec["request"]) and f.name == rec["key"][:16] + ".json"
+    assert isinstance(rec["hand_written"], bool), "every recording says whether its reply is hand-written"
+    if rec["hand_written"]:
+        assert rec["note"] == HANDWRITTEN_NOTE
+    else:
+        assert rec["note"].startswith("recorded from https://") and " with anthropic " in rec["note"]
+    for reply in rec.get("replies") or [rec]:
+        if reply["status"] == 200:
+            msg = anthropic.types.Message.model_validate(reply["body"])  # exactly the API's response format
             assert msg.type == "message" and msg.role == "assistant" and msg.usage.input_tokens > 0
         else:
-            assert rec["body"]["type"] == "error" and rec["body"]["error"]["type"].endswith("_error")
-        if rec["status"] == 200 and not rec.get("delay_s"):
-            with fake_anthropic(FIXTURES) as fake:
-                fake.client().messages.create(**rec["request"])
-            assert fake.requests[0]["served"] == f.name
+            assert reply["body"]["type"] == "error" and reply["body"]["error"]["type"].endswith("_error")
+    assert rec["request"]["output_config"]["format"]["type"] == "json_schema"  # a messages.parse request
+
+
+def test_recordings_are_listed_with_their_origin():
+    rows = list_recordings(FIXTURES)
+    assert len(rows) == len(ALL_RECORDINGS) >= 30
+    hand = [r["file"] for r in rows if r["hand_written"]]
+    assert len(hand) == len(rows), "no API access here: a reply not marked hand-written must come from record mode"
+    assert {"judge/", "extract/"} <= {r["file"].split("/")[0] + "/" for r in rows if "/" in r["file"]}
+    assert "429 rate_limit_error then 200 end_turn" in [r["replies"] for r in rows]
+
+
+CASES = [(ANIMAL, {}), (DOG, {}), (REFUSED, {}), (OFF_SCHEMA, {}), (EMPTY, {}), (TRUNCATED, {"max_tokens": 40}),
+         (task("case: provider overloaded"), {}), (task("case: rate limited"), {}), (task("case: provider error"), {}),
+         (task("case: slow provider"), {"timeout": 0.3}), ("", {}), (task("case: bad key"), {}), (NO_PERMISSION, {}),
+         (ANIMAL, {"model": UNKNOWN_MODEL}), (RATE_LIMITED_ONCE, {})]
+
+
+def test_every_top_level_recording_is_what_procmem_sends_today():
+    "Regenerated keys: each recording in tests/fixtures/llm/ is served to a messages.parse request this file makes, none is stale."
+    with fake_anthropic(FIXTURES) as fake:
+        for prompt, kw in CASES:
+            opts = {k: v for k, v in kw.items() if k != "model"}
+            try: fake.llm(kw.get("model", DEFAULT_MODEL), **opts).complete_json(SYSTEM, prompt, Verdict)
+            except LLMError: pass
+    served = {r["served"] for r in fake.requests}
+    assert None not in served
+    assert served == {f.name for f in FIXTURES.glob("*.json")}
+
+
+def test_the_runtime_module_imports_no_server():
+    code = "import sys, procmem.llm; print(sorted(m for m in ('http.server', 'procmem.testing', 'socketserver') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_old_import_path_still_resolves_with_a_warning():
+    import procmem.llm, procmem.testing
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        from procmem.llm import fake_anthropic as old
+    assert old is procmem.testing.fake_anthropic
+    assert any("moved to procmem.testing.fake_anthropic" in str(w.message) for w in caught)
+    with pytest.raises(AttributeError, match="no attribute 'FakeServer'"):
+        procmem.llm.FakeServer
 
 
 def test_record_mode_saves_what_the_upstream_answers(tmp_path):
@@ -215,6 +347,7 @@ def test_record_mode_saves_what_the_upstream_answers(tmp_path):
     assert len(rec.recorded) == 1 and upstream.requests[0]["key"] == rec.requests[0]["key"]
     saved = json.loads(rec.recorded[0].read_text())
     assert saved["note"].startswith(f"recorded from {upstream_url}") and saved["body"]["type"] == "message"
+    assert saved["hand_written"] is False  # a reply the (stand-in) API gave, not one written by hand
     with fake_anthropic(tmp_path) as replay:
         replayed, _ = replay.llm().complete_json(SYSTEM, ANIMAL, Verdict)
     assert replayed == recorded and replay.requests[0]["served"] == rec.recorded[0].name
@@ -229,7 +362,6 @@ def test_fake_server_stops_and_restores_the_environment(monkeypatch):
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
     with fake_anthropic(FIXTURES) as fake:
         port = int(fake.base_url.rsplit(":", 1)[1])
-    import os
     assert os.environ["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:9" and os.environ["ANTHROPIC_API_KEY"] == DUMMY_API_KEY
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=0.5)
