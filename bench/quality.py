@@ -1,6 +1,7 @@
 """procmem ranking quality and relevance floor on public data (WebArena tasks, long task texts).
 
 Usage: python bench/quality.py [--out bench/results/quality.md] [--ood 300] [--no-ranking]
+       python bench/quality.py --learned   (retrieval of learned memories: bench/results/quality_learned.md)
 
 Data (read-only, `<repo>/../shared/data`): `webarena/tasks_dev.json` (423 tasks, 96 intent
 templates), HotpotQA questions from `reflexion/hotpotqa_react_reflexion_100q_5trials.txt`, texts
@@ -22,7 +23,7 @@ Engines: procmem `MemoryStore.search`; rank-bm25 `BM25Okapi` on the same tokens;
 Relevance floor: see FLOOR_INTRO below (it is printed into the report).
 """
 from __future__ import annotations
-import argparse, json, math, random, re, statistics, time
+import argparse, json, math, random, re, statistics, time, zlib
 from collections import defaultdict
 from pathlib import Path
 
@@ -392,13 +393,213 @@ def floor_section(tasks, variants, n_short) -> tuple[list[str], dict]:
     return L + md_examples(tasks), out
 
 
+# ---------------------------------------------------------------- retrieval of what was learned (issue 7)
+
+LEARNED_INTRO = """\
+After learning from a set of runs, does a run's own task retrieve a memory learned from it, and
+does a *sibling* task (another task of the same kind, whose own runs were never learned) retrieve
+one? Learning is procmem's own pipeline, `learn_from_trajectory(run, store)`: the judge (here the
+ground truth the log carries, as `procmem learn` uses labels), the offline extractor
+(`offline:rule-induction`) and the gates (leak, vacuity, dedup: merge, replace, skip). Retrieval is
+`retrieve_memories(store, task, k=3)` at its default relevance floor (what an agent gets), and, to
+show the ranking alone, with `min_relevance=0` (the top 3 BM25 hits, whatever their score).
+
+**Runs.** Reflexion HotpotQA (`shared/data/reflexion/hotpotqa_react_reflexion_100q_5trials.txt`,
+MIT): 100 questions x 5 trials, 498 ReAct runs labelled correct / incorrect / halted. No WebArena
+runs exist in the public data here (`webarena/tasks_dev.json` holds tasks, not trajectories), so
+WebArena siblings are measured only on a task-text proxy, below, and labelled as such.
+
+**Question families (siblings).** HotpotQA has no templates; a family is the kind of answer a
+question asks for, read from its wording by a fixed table of rules (`QUESTION_FAMILIES` in
+`bench/quality.py`, first match wins), written before any retrieval was measured and not tuned
+since: yes/no about two entities, which of two, an attribute two entities share, a year or date, a
+place, a person. Questions no rule matches (about half) have no family and are never sibling
+queries. Two questions of one family are siblings.
+
+**Protocol.** Questions are split in two halves by a stable hash; fold A learns every run of half 1
+and queries with half 2, fold B the reverse. *Own task*: every learned run whose learning stored
+(added or merged into) at least one memory queries the store with its own task; success when a
+memory it stored is returned. *Sibling*: every question of the other half that has a family with a
+learned question queries the store; success when a memory stored by a run of a same-family learned
+question is returned. The sibling's own runs are never in the store. *Chance*: the share of sibling
+queries for which 3 memories drawn at random from the store include a same-family one (the
+expected rate of a retriever that ignores the text).
+"""
+
+QUESTION_FAMILIES = [  # (family, pattern on the case-folded question); first match wins
+    ("yes/no about two", r"^(are|is|were|was|do|does|did)\b.*\b(both|and|or)\b"),
+    ("which of two", r"\b(first|more|further|older|earlier|later)\b.*\bor\b|\bwhich of\b.*\band\b"
+                     r"|^which\b[^,]*,[^,]+\bor\b"),
+    ("shared attribute", r"\bin common\b|\bboth\b|\bwhat kind of\b"),
+    ("year or date", r"\bwhat year\b|\bwhen (?:was|did|is|were)\b|\bwhat date\b|\bbirthday\b"),
+    ("place", r"\bwhere\b|\bwhat (?:\w+ )?(?:state|city|county|country|airport|town)\b"),
+    ("person", r"^who\b|\bwho\?|\bdirected by\b|\bdirector\b|\bname of\b|\bfirst name\b"
+               r"|\bgiven name\b"),
+]
+
+
+def question_family(q: str) -> str | None:
+    "The family of a HotpotQA question by QUESTION_FAMILIES, or None."
+    s = " ".join(q.casefold().split())
+    return next((f for f, rx in QUESTION_FAMILIES if re.search(rx, s)), None)
+
+
+def _truth_judge(artifact, llm=None):
+    "The ground truth the run carries (Reflexion labels); the offline judge when there is none."
+    from procmem.judge import ground_truth_judgment, judge_trajectory
+    return ground_truth_judgment(artifact) or judge_trajectory(artifact, llm=llm)
+
+
+def learn_runs(runs) -> tuple[MemoryStore, dict]:
+    "A fresh store holding what procmem learned from `runs`, and run id -> ids it stored."
+    from procmem.loop import learn_from_trajectory
+    store, stored = MemoryStore(), {}
+    for t in runs:
+        r = learn_from_trajectory(t, store, judge=_truth_judge, log=False)
+        stored[t.id] = {m.id for m in r.stored}
+    store.sync_index(flush=True)
+    return store, stored
+
+
+def _returned(store, task: str, floor) -> set:
+    kw = {} if floor is None else {"min_relevance": floor}
+    return {m.id for m in retrieve_memories(store, task, k=3, record=False, **kw)}
+
+
+def _chance(n_rel: int, n: int, k: int = 3) -> float:
+    "P(k memories drawn at random from n include one of n_rel)."
+    return 1 - math.comb(n - n_rel, k) / math.comb(n, k) if n >= k else float(n_rel > 0)
+
+
+def fold_rows(runs, family, learn_q: set, query_q: set) -> tuple[list, list, dict]:
+    "(own-task rows, sibling rows, store stats) of one fold: learn runs of `learn_q`, query `query_q`."
+    store, stored = learn_runs([t for t in runs if t.task in learn_q])
+    n_mem = len(list(store))
+    own = [dict(run=t.id, floor=bool(_returned(store, t.task, None) & stored[t.id]),
+                top3=bool(_returned(store, t.task, 0) & stored[t.id]))
+           for t in runs if stored.get(t.id)]
+    by_fam = defaultdict(set)
+    for t in runs:
+        if t.task in learn_q and family(t.task):
+            by_fam[family(t.task)] |= stored[t.id]
+    sib = []
+    for q in sorted(query_q):
+        rel = by_fam.get(family(q)) if family(q) else None
+        if rel:
+            sib.append(dict(question=q, family=family(q), floor=bool(_returned(store, q, None) & rel),
+                            top3=bool(_returned(store, q, 0) & rel), chance=_chance(len(rel), n_mem)))
+    stats = dict(learned_runs=sum(t.task in learn_q for t in runs), runs_storing=len(own), memories=n_mem)
+    store.close()
+    return own, sib, stats
+
+
+def reflexion_learned() -> dict:
+    "Own-task and sibling retrieval after learning Reflexion HotpotQA runs, two folds."
+    from procmem.research_logs import from_reflexion_log
+    runs = from_reflexion_log(DATA / "reflexion" / "hotpotqa_react_reflexion_100q_5trials.txt")
+    qs = sorted({t.task for t in runs})
+    half = {q: zlib.crc32(q.encode()) % 2 for q in qs}
+    out = {"own": [], "sibling": [], "folds": []}
+    for h in (0, 1):
+        own, sib, stats = fold_rows(runs, question_family, {q for q in qs if half[q] == h},
+                                    {q for q in qs if half[q] != h})
+        out["own"] += own
+        out["sibling"] += sib
+        out["folds"].append(stats)
+    out["families"] = {f: sorted(q for q in qs if question_family(q) == f)
+                       for f, _ in QUESTION_FAMILIES}
+    return out
+
+
+WEBARENA_PROXY_INTRO = """\
+**WebArena, task-text proxy (synthetic runs).** There are no WebArena trajectories here, so this
+table does not measure learning from real WebArena runs. Each task of `webarena/tasks_dev.json`
+(414 after dropping 9 verbatim repeats) becomes a minimal synthetic successful run: the real task
+text, then two fixed steps (`goto(start page)`, `stop(answer)`) that are the same for every task.
+What it measures is the task-derived part of learning: the title, description and task query the
+offline extractor writes, the gates' merges, and retrieval. Tasks are split in two halves by a
+stable hash of their id (two folds); a sibling is a task of the same `intent_template_id` in the
+other half.
+"""
+
+
+def webarena_proxy() -> dict:
+    "Own-task and same-template sibling retrieval for synthetic one-task runs of the WebArena tasks."
+    from procmem.judge import Judgment
+    from procmem.trajectory import Step, Trajectory
+    tasks = load_tasks()
+    tpl = {t["intent"]: t["intent_template_id"] for t in tasks}
+    runs = [Trajectory(t["intent"], [Step("goto(start page)", "the start page"), Step("stop(answer)", "")],
+                       "answer", id=f"webarena-{t['task_id']}", source="web", outcome={"success": True})
+            for t in tasks]
+    half = {t["intent"]: zlib.crc32(str(t["task_id"]).encode()) % 2 for t in tasks}
+    out = {"own": [], "sibling": [], "folds": []}
+    for h in (0, 1):
+        own, sib, stats = fold_rows(runs, tpl.get, {q for q in tpl if half[q] == h},
+                                    {q for q in tpl if half[q] != h})
+        out["own"] += own
+        out["sibling"] += sib
+        out["folds"].append(stats)
+    return out
+
+
+def _rate(rows, key) -> str:
+    return f"{statistics.fmean(r[key] for r in rows):.3f}" if rows else "–"
+
+
+def md_learned(ref: dict, wa: dict) -> list[str]:
+    "The report of the learned-retrieval measurement."
+    L = ["# Retrieval of what was learned (issue 7)", "", LEARNED_INTRO,
+         "| runs | query | n | target | default floor | top 3, no floor | chance (3 random) |",
+         "|---|---|---|---|---|---|---|"]
+    for name, d in (("Reflexion HotpotQA", ref), ("WebArena task-text proxy (synthetic runs)", wa)):
+        L.append(f"| {name} | own task | {len(d['own'])} | ≥ 0.8 | {_rate(d['own'], 'floor')} "
+                 f"| {_rate(d['own'], 'top3')} | |")
+        L.append(f"| {name} | sibling | {len(d['sibling'])} | ≥ 0.7 | {_rate(d['sibling'], 'floor')} "
+                 f"| {_rate(d['sibling'], 'top3')} | {_rate(d['sibling'], 'chance')} |")
+    L += ["", "Learning, per fold (runs learned, runs that stored a memory, memories in the store):", ""]
+    for name, d in (("Reflexion", ref), ("WebArena proxy", wa)):
+        L.append(f"- {name}: " + "; ".join(
+            f"{f['learned_runs']} runs, {f['runs_storing']} stored, {f['memories']} memories" for f in d["folds"]))
+    L += ["", "Reflexion siblings per family:", "", "| family | questions | sibling queries | default floor "
+          "| top 3, no floor | chance |", "|---|---|---|---|---|---|"]
+    for f, qs in ref["families"].items():
+        rows = [r for r in ref["sibling"] if r["family"] == f]
+        L.append(f"| {f} | {len(qs)} | {len(rows)} | {_rate(rows, 'floor')} | {_rate(rows, 'top3')} "
+                 f"| {_rate(rows, 'chance')} |")
+    L += ["", WEBARENA_PROXY_INTRO, "Questions per Reflexion family:", ""]
+    L += [f"- **{f}**: " + " / ".join(q[:70] for q in qs) for f, qs in ref["families"].items()]
+    return L + [""]
+
+
+def learned_section(out: str):
+    "Run the learned-retrieval measurement and write `out` (.md) and its .json."
+    t0 = time.time()
+    ref, wa = reflexion_learned(), webarena_proxy()
+    L = md_learned(ref, wa)
+    L.insert(1, f"\nRun {time.strftime('%Y-%m-%d %H:%M')} with `python bench/quality.py --learned` on "
+                f"procmem commit {git_commit()} ({time.time() - t0:.0f} s; 2 shared cores, machine "
+                "loaded by other work).")
+    print("\n".join(L))
+    Path(out).write_text("\n".join(L) + "\n")
+    summary = {name: {k: {"n": len(d[k]), "default_floor": statistics.fmean(r["floor"] for r in d[k]),
+                          "top3_no_floor": statistics.fmean(r["top3"] for r in d[k])}
+                      for k in ("own", "sibling") if d[k]} | {"folds": d["folds"]}
+               for name, d in (("reflexion_hotpotqa", ref), ("webarena_task_text_proxy", wa))}
+    Path(out).with_suffix(".json").write_text(json.dumps(summary, indent=1))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "quality.md"))
     ap.add_argument("--ood", type=int, default=300, help="benign and injection texts sampled (each)")
     ap.add_argument("--no-ranking", action="store_true", help="only the relevance floor")
+    ap.add_argument("--learned", action="store_true",
+                    help="only the retrieval of learned memories (bench/results/quality_learned.md)")
     a = ap.parse_args()
+    if a.learned:
+        return learned_section(str(REPO / "bench" / "results" / "quality_learned.md"))
     t0 = time.time()
     tasks = load_tasks()
     variants = ["intent+template", "intent only"]
