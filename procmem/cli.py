@@ -121,7 +121,7 @@ def _tags(s: str) -> list[str]:
     "Comma-separated tags: stripped, empty ones dropped, duplicates removed, order kept."
     return list(dict.fromkeys(t.strip() for t in s.split(",") if t.strip()))
 
-# %% ../nbs/13_cli.ipynb #465abef0
+# %% ../nbs/13_cli.ipynb #5c6415e6
 def _add_add(cmd) -> None:
     "`add`: one memory from options or from a JSON file."
     a = cmd(
@@ -149,7 +149,7 @@ def _add_inject_options(c) -> None:
         "--max-bullets",
         type=_count,
         metavar="N",
-        help="key points per memory in the injected block (default: the library's)",
+        help="key points from prose per memory (steps are shown whole; 0: none; default: 3)",
     )
     c.add_argument(
         "--budget-chars",
