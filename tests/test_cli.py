@@ -1,10 +1,14 @@
 """The `procmem` command line, run as a real process (`python -m procmem.cli`): the bootstrap-and-search
 path, one-line errors with exit status 2 that leave the store untouched, all-or-nothing import, the
 export/import round trip; foreign files refused untouched, damaged stores reported by `validate` and
-salvaged by `repair`, one bad row skipped, read-only stores readable, export that never clobbers."""
-import hashlib, json, os, shutil, sqlite3, subprocess, sys
+salvaged by `repair`, one bad row skipped, read-only stores readable, export that never clobbers;
+`learn` on real logs mixed with junk (reported and skipped), --strict, stdin and record keys, fatal LLM errors
+stopping at the first call, injection options."""
+import hashlib, json, os, shutil, sqlite3, subprocess, sys, threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
+import fastcore.test as ft
 import pytest
 
 QUERY = "What are the subclasses of Activity?"
@@ -416,3 +420,146 @@ def test_closed_pipe_is_quiet(store):
     r = subprocess.run(f"{sys.executable} -m procmem.cli --store {store} list | head -1", shell=True,
                        capture_output=True, text=True, timeout=120)
     assert r.stderr == "" and len(r.stdout.splitlines()) == 1
+
+
+# (14) `procmem learn` on real logs mixed with junk: reports and continues (issue 7, "Done when")
+FIXTURES = Path(__file__).parent / "fixtures"
+SYNTHETIC = {"anthropic_transcript.json", "openai_chat.json", "generic.jsonl"}  # written for procmem
+
+
+def real_log_folder(d: Path) -> list:
+    "Copy every real fixture log (written by other projects) into `d`, keeping subfolders; their paths."
+    from procmem.ingest import log_files
+    src = FIXTURES / "trajectories"
+    out = []
+    for p in log_files(src):
+        if p.name in SYNTHETIC:
+            continue
+        q = d / p.relative_to(src)
+        q.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(p, q)
+        out.append(q)
+    return out
+
+
+def add_junk(d: Path) -> dict:
+    "Junk next to the logs: file name -> what `learn` must say about it."
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "screenshot.json").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x01")
+    (d / "empty.jsonl").write_text("")
+    tau = (FIXTURES / "trajectories" / "tau-bench" / "gpt-4o-airline_excerpt.json").read_text()
+    (d / "truncated.json").write_text(tau[: len(tau) // 3])
+    shutil.copy(FIXTURES / "seed_memories.json", d / "memories.json")  # JSON, but no trajectory
+    return {"screenshot.json": "binary file", "empty.jsonl": "the file is empty",
+            "truncated.json": "invalid JSON", "memories.json": "unknown trajectory format"}
+
+
+def test_learn_reports_junk_and_learns_the_rest(tmp_path):
+    logs = real_log_folder(tmp_path / "logs")
+    junk = add_junk(tmp_path / "logs" / "junk")
+    db = tmp_path / "m.db"
+    r = procmem("learn", tmp_path / "logs", "--json", store=db)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    j = json.loads(r.stdout)
+    files = {Path(f["path"]).name: f for f in j["files"]}
+    ft.test_eq(sorted(files), sorted([p.name for p in logs] + list(junk)))
+    for name, why in junk.items():
+        f = files[name]
+        assert f["format"] is None and f["read"] == 0 and why in f["error"], f
+        assert sum(why in l and name in l for l in r.stderr.splitlines()) == 1, r.stderr
+    read = [f for f in files.values() if f["format"]]
+    assert len({f["format"] for f in read}) >= 4 and all(f["error"] is None for f in read), read
+    ft.test_eq(j["trajectories"], sum(f["read"] for f in read))
+    ft.test_eq(sum(j["verdicts"].values()), j["trajectories"])
+    ft.test_eq(set(j["verdicts"]), {"success", "failure", "extrinsic", "unknown"})
+    ft.test_eq(set(j["memories"]), {"added", "merged", "replaced", "skipped", "rejected"})
+    ft.test_eq(sum(j["memories"].values()), j["candidates"])
+    stored = json.loads(procmem("stats", "--json", store=db).stdout)["count"]
+    assert stored == j["memories"]["added"] > 0, (stored, j["memories"])
+    for line in r.stderr.splitlines():
+        assert line.startswith(("procmem: warning: ", "learning:")), line
+
+
+def test_learn_exit_2_when_nothing_is_read(tmp_path):
+    junk = add_junk(tmp_path / "junk")
+    r = procmem("learn", tmp_path / "junk", tmp_path / "nope.json", store=tmp_path / "m.db")
+    ft.test_eq((r.returncode, r.stdout), (2, ""))
+    assert r.stderr.startswith("procmem: error: nothing could be read from 5 files: ") and r.stderr.count("\n") == 1, r.stderr
+    assert all(name in r.stderr for name in junk) and "nope.json: skipped: no such file or directory" in r.stderr
+    assert not (tmp_path / "m.db").exists()
+    r = procmem("learn", tmp_path / "nope.json", store=tmp_path / "m.db")
+    ft.test_eq(r.stderr, f"procmem: error: {tmp_path / 'nope.json'}: no such file or directory\n")
+
+
+def test_learn_strict_stops_at_the_first_bad_file(tmp_path):
+    real_log_folder(tmp_path / "logs")
+    add_junk(tmp_path / "logs" / "junk")
+    r = procmem("learn", tmp_path / "logs", "--strict", store=tmp_path / "m.db")
+    ft.test_eq((r.returncode, r.stdout), (2, ""))
+    assert r.stderr.startswith("procmem: error: ") and r.stderr.count("\n") == 1 and "/junk/" in r.stderr, r.stderr
+    assert not (tmp_path / "m.db").exists()
+
+
+def test_learn_from_stdin_with_keys(tmp_path):
+    tau = FIXTURES / "trajectories" / "tau-bench" / "gpt-4o-airline_excerpt.json"
+    r = procmem("learn", "-", "--task-key", "info.task.instruction", "--outcome-key", "reward", "--id-key", "task_id",
+                "--json", store=tmp_path / "m.db", input=tau.read_text())
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    ft.test_eq((j["files"][0]["path"], j["trajectories"]), ("-", len(json.loads(tau.read_text()))))
+    ft.test_eq([x["trajectory_id"] for x in j["results"]], [str(x["task_id"]) for x in json.loads(tau.read_text())])
+
+
+class _Refusing(BaseHTTPRequestHandler):
+    "A Messages API that refuses the key, counting the requests it got."
+    hits = 0
+
+    def do_POST(self):
+        type(self).hits += 1
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        body = json.dumps({"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}})
+        self.send_response(401)
+        self.send_header("content-type", "application/json")
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args):
+        pass
+
+
+def test_llm_refused_key_stops_at_the_first_call(tmp_path):
+    logs = real_log_folder(tmp_path / "logs")
+    srv = HTTPServer(("127.0.0.1", 0), _Refusing)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        env = {"ANTHROPIC_API_KEY": "test-dummy-key", "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{srv.server_port}"}
+        r = procmem("learn", tmp_path / "logs", "--llm", "claude", store=tmp_path / "m.db", env=env)
+    finally:
+        srv.shutdown()
+    ft.test_eq((r.returncode, r.stdout, _Refusing.hits), (1, "", 1))
+    lines = [l for l in r.stderr.splitlines() if not l.startswith("procmem: warning: ")]  # skipped records
+    assert len(lines) == 2 and r.stderr.endswith(lines[-1] + "\n"), r.stderr
+    assert lines[0].startswith("procmem: note: learning from ") and "input tokens (estimated)" in lines[0], lines
+    assert lines[1].startswith("procmem: error: fatal failure calling ") and "401" in lines[1], lines
+
+
+def test_llm_unreachable_stops_at_the_first_call(tmp_path):
+    tau = FIXTURES / "trajectories" / "tau-bench" / "gpt-4o-airline_excerpt.json"
+    env = {"ANTHROPIC_API_KEY": "test-dummy-key", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"}
+    r = procmem("learn", tau, "--llm", "claude", store=tmp_path / "m.db", env=env)
+    ft.test_eq((r.returncode, r.stdout), (1, ""))
+    assert r.stderr.startswith("procmem: error: ") and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_search_injection_options(store):
+    "--budget-chars bounds the block (whole memories only); --max-bullets 0 drops the key points."
+    def block(*opts):
+        r = procmem("search", QUERY, "-k", "3", "--json", *opts, store=store)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)["injection"]
+    big, small = block("--budget-chars", "4000"), block("--budget-chars", "1200")
+    assert 0 < len(small) <= 1200 < len(big) <= 4000, (len(small), len(big))
+    assert big.count("\n### ") > small.count("\n### ") >= 1
+    bare = block("--budget-chars", "4000", "--max-bullets", "0")
+    assert "Key points:" in big and "Key points:" not in bare and bare.count("\n### ") == big.count("\n### ")
