@@ -771,11 +771,11 @@ def _is_transcript(rec) -> bool:
         and not {"trajectory_format", "steps", "info"} & set(rec)
     )
 
-# %% ../nbs/07a_chat_logs.ipynb #5bae24a0
+# %% ../nbs/07a_chat_logs.ipynb #6bb5fcb9
 def _chat_items(data) -> list:
-    """The (index, record) pairs of a JSON chat file: one transcript, or a list of transcript
-    records."""
-    if isinstance(data, list) and data and all(_is_transcript(x) for x in data[:3]):
+    """The (index, record) pairs of a JSON chat file: one transcript, or a list of records (when
+    the first item is one; a later item that is not is reported by the reader)."""
+    if isinstance(data, list) and data and _is_transcript(data[0]):
         return list(enumerate(data))
     if isinstance(data, list):
         return [(0, {"messages": data})]
