@@ -665,6 +665,18 @@ def _nothing_read(report: IngestReport) -> str:
         "; ".join(lines[:5]) + more
     )
 
+# %% ../nbs/13_cli.ipynb #0b51f83e
+def _read_line(report: IngestReport) -> str:
+    "What was read: trajectories and lessons from how many files, and what was skipped."
+    bad = sum(1 for f in report.files if f.error)
+    records = sum(len(f.skipped) for f in report.files)
+    lessons = f" and {_plural(len(report.candidates), 'lesson')}" if report.candidates else ""
+    return (
+        f"read {_plural(len(report.trajectories), 'trajectory', 'trajectories')}{lessons} from"
+        f" {_plural(len(report.files), 'file')}; skipped {_plural(bad, 'file')} and"
+        f" {_plural(records, 'record')}\n"
+    )
+
 # %% ../nbs/13_cli.ipynb #9b4b6ea6
 def _read_input(args) -> IngestReport:
     "The trajectories and lessons `learn` was given, skips named on stderr; `UsageError` if none."
@@ -783,7 +795,7 @@ def _announce(trajectories, llm) -> None:
         f" {estimate_tokens(trajectories):,} input tokens (estimated)",
     )
 
-# %% ../nbs/13_cli.ipynb #803626c5
+# %% ../nbs/13_cli.ipynb #d19dcdef
 def _cmd_learn(args) -> int:
     """`procmem learn PATH...`: read every file first (skipping what cannot be read), then judge,
     extract, gate and store."""
@@ -798,6 +810,7 @@ def _cmd_learn(args) -> int:
         files = [f.to_dict() for f in report.files]
         _print_json(dict(files=files, **summary, results=[r.summary() for r in results]))
     else:
+        print(_read_line(report))
         _print_learn(results, summary)
     return 0
 
