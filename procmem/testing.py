@@ -18,9 +18,11 @@ __all__ = ['DUMMY_API_KEY', 'RECORD_ENV', 'HANDWRITTEN_NOTE', 'MISSING_RECORDING
            'recording_path', 'write_recording', 'write_replies', 'list_recordings', 'MissingRecording', 'FakeAnthropic',
            'fake_anthropic']
 
-# %% ../nbs/14_testing.ipynb #028a2e9e
+# %% ../nbs/14_testing.ipynb #1f74c568
 DUMMY_API_KEY = "test-dummy-key"  # the key tests give the SDK; record mode refuses it
-RECORD_ENV = "PROCMEM_RECORD"  # "1": fake_anthropic records unrecorded requests from the real API
+RECORD_ENV = (  # "1": record unrecorded requests; "replace": also real-ify hand-written
+    "PROCMEM_RECORD"
+)
 _KEY_FIELDS = (
     "model",
     "max_tokens",
@@ -95,7 +97,7 @@ def _save(path: Path, rec: dict) -> Path:
     os.replace(tmp, path)
     return path
 
-# %% ../nbs/14_testing.ipynb #6a34e219
+# %% ../nbs/14_testing.ipynb #609ecff2
 def write_recording(
     recordings_dir,  # folder of recordings
     request: Mapping,  # the request body (or its keyed fields, e.g. `MissingRecording.request`)
@@ -105,10 +107,14 @@ def write_recording(
     delay_s: float | None = None,  # wait this long before answering (to test client timeouts)
     note: str = HANDWRITTEN_NOTE,  # where the response came from
     hand_written: bool = True,  # False only for a reply the real API gave (record mode)
+    keep: str | None = None,  # why `PROCMEM_RECORD=replace` must keep this hand-written reply
 ) -> Path:
     "Save one recording for `request`; return its path."
     key = request_key(request)
-    rec = dict(key=key, hand_written=hand_written, note=note, request=keyed_request(request))
+    rec = dict(key=key, hand_written=hand_written, note=note)
+    if keep:
+        rec["keep"] = keep
+    rec["request"] = keyed_request(request)
     rec.update(_reply(status, body, headers, delay_s))
     return _save(recording_path(recordings_dir, key), rec)
 
@@ -129,7 +135,7 @@ def write_replies(
     rec["replies"] = reps
     return _save(recording_path(recordings_dir, key), rec)
 
-# %% ../nbs/14_testing.ipynb #27da71c5
+# %% ../nbs/14_testing.ipynb #950f9aea
 def _reply_summary(reply: Mapping) -> str:
     """A reply in a few words: its status and, for a message, its stop reason; for an error, its
     type."""
@@ -141,7 +147,7 @@ def _reply_summary(reply: Mapping) -> str:
 
 def list_recordings(recordings_dir) -> list[dict]:
     """One row per recording file in `recordings_dir` and its subfolders, sorted: file,
-    hand_written, model, replies."""
+    hand_written, model, replies, keep."""
     root, rows = Path(recordings_dir), []
     for f in sorted(root.rglob("*.json")):
         rec = json.loads(f.read_text(encoding="utf-8"))
@@ -152,6 +158,7 @@ def list_recordings(recordings_dir) -> list[dict]:
                 hand_written=rec.get("hand_written"),
                 model=rec["request"].get("model"),
                 replies=" then ".join(map(_reply_summary, replies)),
+                keep=rec.get("keep"),
             )
         )
     return rows
@@ -228,7 +235,7 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(delay)
         self._send(status, payload, headers)
 
-# %% ../nbs/14_testing.ipynb #ec50a1d1
+# %% ../nbs/14_testing.ipynb #caea7d15
 class FakeAnthropic:
     """A local stand-in for the Anthropic Messages API that answers from recordings on disk (see
     `fake_anthropic`)."""
@@ -236,7 +243,9 @@ class FakeAnthropic:
     def __init__(
         self,
         recordings_dir,  # folder of recordings
-        record: bool = False,  # on a miss, call `upstream` with a real key and save the reply
+        record: (
+            bool | str
+        ) = False,  # True: record misses from `upstream`; "replace": see RECORD_ENV
         upstream: str = "https://api.anthropic.com",  # the real API, for record mode
         api_key: str | None = None,  # the real key for record mode (default $ANTHROPIC_API_KEY)
     ):
@@ -264,10 +273,12 @@ class FakeAnthropic:
             f" requests={len(self.requests)})"
         )
 
-# %% ../nbs/14_testing.ipynb #731cf2b4
+# %% ../nbs/14_testing.ipynb #15cc1bf6
 @patch
 def _check_setup(self: FakeAnthropic):
     "Record mode needs a real key (and makes its folder); replay needs an existing folder."
+    if self.record not in (False, True, "replace"):
+        raise ValueError(f"record must be False, True or 'replace', not {self.record!r}")
     if self.record:
         if not self._api_key or self._api_key == DUMMY_API_KEY:
             raise ValueError(
@@ -337,14 +348,25 @@ def llm(self: FakeAnthropic, model: str = DEFAULT_MODEL, **kwargs) -> AnthropicL
     for whatever $PROCMEM_MODEL says)."""
     return AnthropicLLM(model=model, client=self.client(), **kwargs)
 
-# %% ../nbs/14_testing.ipynb #ba51d2a0
+# %% ../nbs/14_testing.ipynb #13347ff3
+def _replaceable(rec: Mapping) -> bool:
+    """Whether a real reply may replace recording `rec`: one hand-written message that ended
+    normally."""
+    if not rec.get("hand_written") or rec.get("keep") or "replies" in rec or rec.get("delay_s"):
+        return False
+    return rec.get("status") == 200 and (rec.get("body") or {}).get("stop_reason") == "end_turn"
+
+# %% ../nbs/14_testing.ipynb #205b2f5f
 @patch
 def _lookup(self: FakeAnthropic, key: str) -> tuple[Path, dict | None]:
-    "The recording file for `key` and the reply to serve now (None when there is no recording)."
+    """The recording file for `key` and the reply to serve now: None when there is no recording, or
+    when record mode "replace" is to replace it with a real one."""
     path = recording_path(self.recordings_dir, key)
     rec = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
     if rec is None or rec.get("key") != key:
         return path, None  # no file, or the same 16-digit prefix for another request
+    if self.record == "replace" and _replaceable(rec):
+        return path, None
     replies = rec.get("replies") or [rec]
     with self._lock:
         n = self._served.get(key, 0)
@@ -408,7 +430,7 @@ def _forward(self: FakeAnthropic, body: dict, raw: bytes, headers) -> tuple[int,
             self.recorded.append(path)
     return status, {}, payload, 0
 
-# %% ../nbs/14_testing.ipynb #540e66ce
+# %% ../nbs/14_testing.ipynb #45cfcb69
 _ENV_KEYS = ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY")
 
 
@@ -421,16 +443,26 @@ def _restore_env(saved: dict):
             os.environ[k] = v
 
 
+def _record_mode(value: str):
+    "$PROCMEM_RECORD as a record mode: '1' True, 'replace' 'replace', unset or '0' False."
+    value = value.strip()
+    if value in ("", "0"):
+        return False
+    if value in ("1", "replace"):
+        return True if value == "1" else "replace"
+    raise ValueError(f"{RECORD_ENV} must be 1, replace or 0, not {value!r}")
+
+
 def _first_miss(fake: FakeAnthropic) -> MissingRecording:
     "The first unrecorded request of the block, counting the others."
     m = fake.misses[0]
     return MissingRecording(m.key, m.path, m.request, more=len(fake.misses) - 1)
 
-# %% ../nbs/14_testing.ipynb #d53846f6
+# %% ../nbs/14_testing.ipynb #cdc5ffab
 @contextmanager
 def fake_anthropic(
     recordings_dir,  # folder of recordings, e.g. tests/fixtures/llm
-    record: bool | None = None,  # record unrecorded requests; None: $PROCMEM_RECORD == "1"
+    record: bool | str | None = None,  # True, False, "replace"; None: from $PROCMEM_RECORD
     upstream: str = "https://api.anthropic.com",  # the real API, for record mode
     api_key: str | None = None,  # the real key for record mode (default $ANTHROPIC_API_KEY)
     set_env: bool = True,  # point ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY at the fake
@@ -438,7 +470,7 @@ def fake_anthropic(
     """Serve recorded Claude replies on 127.0.0.1 for the block; raise `MissingRecording` on exit if
     any request had none."""
     if record is None:
-        record = os.environ.get(RECORD_ENV, "") == "1"
+        record = _record_mode(os.environ.get(RECORD_ENV, ""))
     fake = FakeAnthropic(recordings_dir, record=record, upstream=upstream, api_key=api_key).start()
     saved = {k: os.environ.get(k) for k in _ENV_KEYS}
     if set_env:

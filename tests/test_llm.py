@@ -173,8 +173,9 @@ def test_no_api_key_is_fatal(monkeypatch):
 
 
 def _closed_port():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-    return port
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def test_connection_refused_is_fatal_after_the_sdk_retries():
@@ -194,15 +195,21 @@ def test_a_dropped_connection_or_a_timeout_stays_extrinsic():
         with pytest.raises(LLMError) as info:
             fake.llm(timeout=0.3).complete_json(SYSTEM, task("case: slow provider"), Verdict)
     assert info.value.kind == "extrinsic" and "timed out" in str(info.value)
-    srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1)  # accepts, then closes without answering
+    srv = socket.socket()  # a server that accepts, reads the request and hangs up without answering
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
     port = srv.getsockname()[1]
     def hang_up():
-        conn, _ = srv.accept(); conn.recv(65536); conn.close()
-    t = threading.Thread(target=hang_up, daemon=True); t.start()
+        conn, _ = srv.accept()
+        conn.recv(65536)
+        conn.close()
+    t = threading.Thread(target=hang_up, daemon=True)
+    t.start()
     llm = AnthropicLLM(client=anthropic.Anthropic(api_key=DUMMY_API_KEY, base_url=f"http://127.0.0.1:{port}", max_retries=0))
     with pytest.raises(LLMError) as info:
         llm.complete_json(SYSTEM, ANIMAL, Verdict)
-    t.join(2); srv.close()
+    t.join(2)
+    srv.close()
     assert info.value.kind == "extrinsic" and "the connection failed (Server disconnected" in str(info.value)
 
 
@@ -351,6 +358,48 @@ def test_record_mode_saves_what_the_upstream_answers(tmp_path):
     with fake_anthropic(tmp_path) as replay:
         replayed, _ = replay.llm().complete_json(SYSTEM, ANIMAL, Verdict)
     assert replayed == recorded and replay.requests[0]["served"] == rec.recorded[0].name
+
+
+def test_replace_mode_gives_real_replies_and_keeps_the_failure_cases(tmp_path, monkeypatch):
+    "PROCMEM_RECORD=replace against a local upstream: a hand-written normal reply is re-recorded, failure cases are served as written."
+    import shutil
+    cases = [(ANIMAL, {}), (OFF_SCHEMA, {}), (REFUSED, {}), (task("case: provider overloaded"), {})]
+    with fake_anthropic(FIXTURES, set_env=False) as probe:
+        for prompt, kw in cases:
+            try: probe.llm(**kw).complete_json(SYSTEM, prompt, Verdict)
+            except LLMError: pass
+    files = [r["served"] for r in probe.requests]
+    for f in files: shutil.copy(FIXTURES / f, tmp_path / f)
+    upstream_dir = tmp_path / "upstream"
+    upstream_dir.mkdir()
+    real = json.loads((FIXTURES / files[0]).read_text())
+    real["body"]["content"][-1]["text"] = json.dumps({"is_success": True, "reason": "a real model's words", "confidence": "medium", "missing": []})
+    (upstream_dir / files[0]).write_text(json.dumps(real))
+    monkeypatch.setenv("PROCMEM_RECORD", "replace")
+    with fake_anthropic(upstream_dir, record=False, set_env=False) as upstream:
+        upstream_url = upstream.base_url
+        with fake_anthropic(tmp_path, upstream=upstream_url, api_key="sk-not-a-real-key", set_env=False) as rec:
+            assert rec.record == "replace"
+            got = [rec.llm().complete_json(SYSTEM, ANIMAL, Verdict)[0].reason, rec.llm().complete_json(SYSTEM, OFF_SCHEMA, Verdict)[0],
+                   rec.llm().complete_json(SYSTEM, REFUSED, Verdict)[0]]
+            with pytest.raises(LLMError): rec.llm().complete_json(SYSTEM, task("case: provider overloaded"), Verdict)
+    assert got == ["a real model's words", None, None]
+    assert len(upstream.requests) == 1 and rec.recorded == [tmp_path / files[0]]  # only the normal reply went upstream
+    saved = json.loads((tmp_path / files[0]).read_text())
+    assert saved["hand_written"] is False and saved["note"].startswith(f"recorded from {upstream_url}")
+    for f in files[1:]:
+        assert (tmp_path / f).read_text() == (FIXTURES / f).read_text()  # untouched
+
+
+def test_deliberately_malformed_hand_written_replies_are_marked_keep():
+    "Otherwise PROCMEM_RECORD=replace would swap a test's malformed reply for a valid real one."
+    for f in ALL_RECORDINGS:
+        rec = json.loads(f.read_text(encoding="utf-8"))
+        if rec.get("hand_written") and rec.get("status") == 200 and rec["body"].get("stop_reason") == "end_turn":
+            text = "".join(b.get("text", "") for b in rec["body"]["content"] if b["type"] == "text")
+            try: ok = isinstance(json.loads(text), dict)
+            except ValueError: ok = False
+            assert ok or rec.get("keep"), f"{f.name}: a malformed hand-written reply without a `keep` reason"
 
 
 def test_record_mode_refuses_the_dummy_key(tmp_path):
