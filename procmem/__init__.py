@@ -3,7 +3,7 @@ __version__ = "0.1.0"
 # Everything public is importable from the top-level package (`from procmem import MemoryStore`);
 # `__all__` below is that public API, so `from procmem import *` brings nothing else. Tuning
 # constants, test servers and helpers stay reachable through their modules (`procmem.index.K1`,
-# `procmem.llm.fake_anthropic`). Importing `index` also adds `MemoryStore.search` and `sync_index`.
+# `procmem.testing.fake_anthropic`). Importing `index` also adds `MemoryStore.search` and `sync_index`.
 from .core import *
 from .text import *
 from .store import *

@@ -18,7 +18,7 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 @pytest.fixture
 def no_network(monkeypatch):
     "No network: only loopback connections; a dummy key; a stray default client points at a closed local port."
-    from procmem.llm import DUMMY_API_KEY
+    from procmem.testing import DUMMY_API_KEY
     real_connect = socket.socket.connect
     def guarded_connect(sock, address):
         if sock.family in (socket.AF_INET, socket.AF_INET6) and address[0] not in LOOPBACK:
