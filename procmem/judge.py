@@ -10,19 +10,25 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 import pydantic
 from .text import tokenize
-from .trajectory import Trajectory, TrajectoryArtifact, action_key, detect_loop, extract_trajectory_artifact
+from procmem.trajectory import (
+    Trajectory,
+    TrajectoryArtifact,
+    action_key,
+    detect_loop,
+    extract_trajectory_artifact,
+)
 from .ingest import as_trajectory
 from .llm import AnthropicLLM, LLMError
 
 # %% auto #0
-__all__ = ['FAILURE_CLASSES', 'RUN_CAUSES', 'STAGE_CAUSES', 'EXTRINSIC_CAUSES', 'EXTRINSIC_PATTERNS', 'EXTRINSIC_JUDGE',
-           'OFFLINE_JUDGE', 'GROUND_TRUTH_JUDGE', 'CONFIDENCE_SCORES', 'JUDGE_SYSTEM', 'Judgment', 'attributable',
-           'extrinsic_cause', 'unresolved_errors', 'extrinsic_judgment', 'error_cause', 'stage_failure',
-           'harness_judgment', 'answer_grounding', 'answer_shape_problems', 'false_comparison', 'offline_judge',
-           'ground_truth_judgment', 'JudgeVerdict', 'judge_prompt', 'verdict_judgment', 'llm_judge', 'judge_trajectory',
-           'answer_in_observation_judge', 'judge_agreement']
+__all__ = ['FAILURE_CLASSES', 'RUN_CAUSES', 'STAGE_CAUSES', 'EXTRINSIC_CAUSES', 'RUN_KINDS', 'EXTRINSIC_PATTERNS',
+           'EXTRINSIC_JUDGE', 'OFFLINE_JUDGE', 'GROUND_TRUTH_JUDGE', 'CONFIDENCE_SCORES', 'JUDGE_SYSTEM', 'Judgment',
+           'attributable', 'verdict_label', 'extrinsic_cause', 'unresolved_errors', 'extrinsic_judgment', 'error_cause',
+           'stage_failure', 'harness_judgment', 'answer_grounding', 'answer_shape_problems', 'false_comparison',
+           'run_kind', 'offline_judge', 'ground_truth_judgment', 'JudgeVerdict', 'judge_prompt', 'verdict_judgment',
+           'llm_judge', 'judge_trajectory', 'answer_in_observation_judge', 'judge_agreement']
 
-# %% ../nbs/09_judge.ipynb #5d943185
+# %% ../nbs/09_judge.ipynb #dbc42434
 FAILURE_CLASSES = ("intrinsic", "adaptive", "extrinsic")
 RUN_CAUSES = (
     "timeout",
@@ -40,56 +46,60 @@ def _as_list(v) -> list[str]:
     return [str(x) for x in ([v] if isinstance(v, str) else list(v or []))]
 
 
+RUN_KINDS = ("qa", "coding", "tool", "conversation", "unknown")
+
+
+def _judgment_problem(j) -> str | None:
+    "What is wrong with a `Judgment`'s fields, or None."
+    if j.is_success is not None and not isinstance(j.is_success, bool):
+        return f"Judgment.is_success must be True, False or None (abstained), got {j.is_success!r}"
+    if not 0.0 <= j.confidence <= 1.0:
+        return f"Judgment.confidence must be in 0..1, got {j.confidence}"
+    if j.failure_class is not None and j.failure_class not in FAILURE_CLASSES:
+        return (
+            f"Judgment.failure_class must be None or one of {FAILURE_CLASSES}, got"
+            f" {j.failure_class!r}"
+        )
+    if j.is_success is not False and j.failure_class is not None:
+        which = "a successful" if j.is_success else "an abstained"
+        return f"{which} Judgment has no failure_class, got {j.failure_class!r}"
+    if j.cause is not None and (j.failure_class != "extrinsic" or j.cause not in EXTRINSIC_CAUSES):
+        return (
+            f"Judgment.cause is for extrinsic failures, one of {EXTRINSIC_CAUSES}; "
+            f"got {j.cause!r} with failure_class {j.failure_class!r}"
+        )
+    if j.kind is not None and j.kind not in RUN_KINDS:
+        return f"Judgment.kind must be None or one of {RUN_KINDS}, got {j.kind!r}"
+    return None
+
+
 @dataclass
 class Judgment:
-    "A judge's verdict on one trajectory."
+    "A judge's verdict on one trajectory; `is_success=None` means the judge abstained."
 
-    is_success: bool  # did the run achieve its task?
+    is_success: bool | None  # did the run achieve its task? None: the judge cannot tell
     reason: str  # one or two sentences saying why
-    confidence: float  # 0..1, how sure the judge is
-    missing: list[str] = field(
-        default_factory=list
-    )  # what a successful run would still have needed
-    failure_class: str | None = None  # None for successes, else one of FAILURE_CLASSES
-    judge: (
-        str
-    ) = (  # which judge produced it, e.g. "offline-rules-v1", "claude:<model>", "ground-truth"
-        "offline"
-    )
-    evidence: list[str] = field(
-        default_factory=list
-    )  # short quotes from the trajectory for the verdict
+    confidence: float  # 0..1, how sure the judge is (0 for an abstention)
+    missing: list[str] = field(default_factory=list)  # what a successful run would still need
+    failure_class: str | None = None  # None for successes and abstentions, else FAILURE_CLASSES
+    judge: str = "offline"  # who judged: "offline-rules-v2", "claude:<model>", "ground-truth"
+    evidence: list[str] = field(default_factory=list)  # short quotes for the verdict
     cause: str | None = None  # an extrinsic failure's cause, one of EXTRINSIC_CAUSES; else None
+    kind: str | None = None  # the kind of run judged, one of RUN_KINDS (None: not known)
 
     def __post_init__(self):
-        if not isinstance(self.is_success, bool):
-            raise TypeError(f"Judgment.is_success must be a bool, got {self.is_success!r}")
         self.confidence = float(self.confidence)
-        if not 0.0 <= self.confidence <= 1.0:
-            raise ValueError(f"Judgment.confidence must be in 0..1, got {self.confidence}")
-        if self.failure_class is not None and self.failure_class not in FAILURE_CLASSES:
-            raise ValueError(
-                f"Judgment.failure_class must be None or one of {FAILURE_CLASSES}, "
-                f"got {self.failure_class!r}"
-            )
-        if self.is_success and self.failure_class is not None:
-            raise ValueError(
-                f"a successful Judgment has no failure_class, got {self.failure_class!r}"
-            )
-        if self.cause is not None and (
-            self.failure_class != "extrinsic" or self.cause not in EXTRINSIC_CAUSES
-        ):
-            raise ValueError(
-                f"Judgment.cause is for extrinsic failures, one of {EXTRINSIC_CAUSES}; "
-                f"got {self.cause!r} with failure_class {self.failure_class!r}"
-            )
+        problem = _judgment_problem(self)
+        if problem:
+            bad_type = problem.startswith("Judgment.is_success")
+            raise (TypeError if bad_type else ValueError)(problem)
         self.missing, self.evidence = _as_list(self.missing), _as_list(self.evidence)
 
     def to_dict(self) -> dict:
         "A JSON-ready dict of all fields."
         return asdict(self)
 
-# %% ../nbs/09_judge.ipynb #30368951
+# %% ../nbs/09_judge.ipynb #d1b3007d
 def _failure(
     reason: str,
     confidence: float,
@@ -114,10 +124,26 @@ def _failure(
 
 
 def attributable(judgment: Judgment) -> bool:
-    "Whether a verdict is the agent's own (not an extrinsic failure): only these teach and count."
+    "Whether a verdict is the agent's own (decided, not extrinsic): only these teach and count."
     if not isinstance(judgment, Judgment):
         raise TypeError(f"attributable: expected a Judgment, got {type(judgment).__name__}")
-    return judgment.failure_class != "extrinsic"
+    return judgment.is_success is not None and judgment.failure_class != "extrinsic"
+
+
+def verdict_label(judgment: Judgment) -> str:
+    "'success', 'failure', 'extrinsic' (a failure that blames nobody) or 'unknown' (abstained)."
+    if not isinstance(judgment, Judgment):
+        raise TypeError(f"verdict_label: expected a Judgment, got {type(judgment).__name__}")
+    if judgment.is_success is None:
+        return "unknown"
+    if judgment.failure_class == "extrinsic":
+        return "extrinsic"
+    return "success" if judgment.is_success else "failure"
+
+
+def _abstain(reason: str, judge: str, kind: str | None = None, evidence=()) -> Judgment:
+    "An abstention: the judge cannot tell; nothing is learned or attributed."
+    return Judgment(None, reason, 0.0, [], None, judge, list(evidence), None, kind)
 
 # %% ../nbs/09_judge.ipynb #1c0a3415
 _I, _C = re.I, 0  # case-insensitive phrases; case-sensitive exception names
@@ -201,7 +227,7 @@ def extrinsic_cause(text: str) -> str | None:  # an error message, stderr, or a 
     )  # a traceback's message is at its end
     return next((cause for cause, rx in _EXTRINSIC_RX if rx.search(t)), None)
 
-# %% ../nbs/09_judge.ipynb #5f00c6bb
+# %% ../nbs/09_judge.ipynb #ed2fcb52
 @dataclass
 class _Run:
     """What the offline judge reads of a run: task, answer, steps as dicts {n, action, observation,
@@ -213,6 +239,7 @@ class _Run:
     steps_total: int
     loop: dict | None
     full: bool  # True: every step of a Trajectory; False: the key steps of an artifact
+    meta: dict = field(default_factory=dict)  # the trajectory's metadata (an artifact has none)
 
 
 def _norm_text(s) -> str:
@@ -233,6 +260,7 @@ def _run_of(x) -> _Run:
                 thought="",
                 error=k["outcome"] if k["error"] else None,
                 key=_norm_text(k["action"]),
+                name=None,
             )
             for k in x.key_steps
         ]
@@ -246,10 +274,12 @@ def _run_of(x) -> _Run:
             thought=s.thought,
             error=s.error,
             key=action_key(s),
+            name=s.name,
         )
         for i, s in enumerate(t.steps)
     ]
-    return _Run(t.task, t.answer, steps, len(t.steps), detect_loop(t.steps), True)
+    meta = dict(t.metadata or {})
+    return _Run(t.task, t.answer, steps, len(t.steps), detect_loop(t.steps), True, meta)
 
 # %% ../nbs/09_judge.ipynb #7865f903
 _ERROR_START = re.compile(
@@ -362,8 +392,16 @@ def harness_judgment(
     err = meta.get("agent_error") if isinstance(meta, Mapping) else None
     return stage_failure("agent", err, "harness") if isinstance(err, str) and err.strip() else None
 
-# %% ../nbs/09_judge.ipynb #58ca9bfb
-OFFLINE_JUDGE = "offline-rules-v1"
+# %% ../nbs/09_judge.ipynb #a827f93b
+OFFLINE_JUDGE = "offline-rules-v2"
+_CLOSING_NAMES = frozenset(
+    "finish submit done task_complete complete_task final_answer attempt_completion exit".split()
+)
+_CLOSING_ACTION = re.compile(
+    r"^\s*(?:finish|submit|done|task_complete|complete_task|final_answer)\b(?:\(|\[|\s|$)"
+    r"|COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT|MINI_SWE_AGENT_FINAL_OUTPUT",
+    re.I,
+)
 _FAILED_OBS = re.compile(
     r"^\s*(?:could not find\b|couldn't find\b|no results?\b|not found\b|nothing found\b|there were"
     r" no results\b|no such \w+"
@@ -640,13 +678,14 @@ def _stop_rule(run: _Run, ans: str, step_budget: int | None) -> tuple | None:
         )
     return None
 
-# %% ../nbs/09_judge.ipynb #d74ed3a8
+# %% ../nbs/09_judge.ipynb #900ed816
 def _doubts(run: _Run, ans: str, step_budget: int | None) -> tuple[list, list, list, str]:
-    "(doubts, what is missing, evidence, how the answer is supported) from the softer rules."
+    """(doubts as (why, strong), what is missing, evidence, how the answer is supported) from the
+    softer rules."""
     doubts, missing, evidence = [], [], []
 
-    def doubt(why, need=None):
-        doubts.append(why)
+    def doubt(why, need=None, strong=True):
+        doubts.append((why, strong))
         if need:
             missing.append(need)
 
@@ -654,43 +693,327 @@ def _doubts(run: _Run, ans: str, step_budget: int | None) -> tuple[list, list, l
         doubt(h, "an answer the agent is sure of")
     g, quote, support = _grounding_doubt(run)
     if g:
-        doubt(g, "an observation that states the answer")
+        weak = g in (_GROUNDING_DOUBT["none"], _GROUNDING_DOUBT["earlier"])
+        doubt(g, "an observation that states the answer", strong=not weak)
     evidence += [quote] if quote else []
-    for p in answer_shape_problems(
-        run.task, ans, [s["observation"] for s in run.steps if _informative(s)]
-    ):
-        doubt(p, "an answer of the form the task asks for")
+    observed = [s["observation"] for s in run.steps if _informative(s)]
+    for p in answer_shape_problems(run.task, ans, observed):
+        weak = p.startswith(("a long answer", "the task offers options"))
+        doubt(p, "an answer of the form the task asks for", strong=not weak)
     if run.steps and (c := false_comparison(run.steps[-1]["thought"])):
         doubt(f"the agent's final reasoning states a false comparison: {c!r}", "correct reasoning")
     if lp := run.loop:
         doubt(f"a loop: {lp['kind']} of {lp['count']} × {_quote(lp['actions'][0], 60)!r}")
     if step_budget and run.steps_total >= 0.8 * step_budget:
-        doubt(
-            f"the run used {run.steps_total} of its {step_budget} steps",
-            "a shorter, more direct path",
-        )
+        why = f"the run used {run.steps_total} of its {step_budget} steps"
+        doubt(why, "a shorter, more direct path", strong=run.steps_total >= step_budget)
     return doubts, list(dict.fromkeys(missing)), evidence, support
 
-# %% ../nbs/09_judge.ipynb #dcc4eba1
-def offline_judge(
-    trajectory,  # a `Trajectory` (best: all steps and thoughts), an artifact, or a generic dict
-    step_budget: int | None = None,  # the agent's step limit, if known: enables the budget rules
-) -> Judgment:
-    "The rule-based offline judge (`offline-rules-v1`): success only when no rule doubts it."
-    run = _run_of(trajectory)
+# %% ../nbs/09_judge.ipynb #b067e0f3
+def _qa_support(run: _Run, ans: str, step_budget: int | None) -> list[str]:
+    "The marks of a right answer a QA run shows (a success needs all four)."
+    words, marks = _words(ans), []
+    if _norm_text(ans).strip(" .!") in ("yes", "no") or (words and words <= _words(run.task)):
+        marks.append("the answer has a form the question checks (yes/no, or a named option)")
+    work = [
+        s for s in run.steps if not _CLOSING_ACTION.search(s["action"])
+    ]  # Finish[...] has no output
+    if not any(s["error"] or _FAILED_OBS.match(s["observation"] or "") for s in work):
+        marks.append("no setback on the way (no error, no failed lookup)")
+    if run.steps_total <= max(3, (step_budget or 0) // 2):
+        marks.append(f"a direct path ({run.steps_total} steps)")
+    if len(ans.split()) <= 2:
+        marks.append("a short, specific answer")
+    return marks
+
+
+def _qa_judgment(run: _Run, step_budget: int | None) -> Judgment:
+    """Question answering: fail on a hard rule or a strong doubt; succeed on all 4 marks; else
+    abstain."""
     ans, cls = (run.answer or "").strip(), _failure_class(run)
     if stop := _stop_rule(run, ans, step_budget):
         why, missing, ev, cause = stop
         return _failure(why, 0.9, OFFLINE_JUDGE, missing, "extrinsic" if cause else cls, ev, cause)
     doubts, missing, evidence, support = _doubts(run, ans, step_budget)
     evidence = evidence or [_quote(ans, 80)]
-    if doubts:
+    strong = [why for why, s in doubts if s]
+    if strong or len(doubts) >= 2:
         conf = min(0.5 + 0.1 * len(doubts), 0.8)
-        return _failure("; ".join(doubts), conf, OFFLINE_JUDGE, missing, cls, evidence)
-    why = f"{support} and no rule found a reason to doubt it"
-    return Judgment(True, why, 0.6, [], None, OFFLINE_JUDGE, evidence)
+        why = "; ".join(why for why, _ in doubts)
+        return _failure(why, conf, OFFLINE_JUDGE, missing, cls, evidence)
+    if doubts:
+        return _abstain(
+            f"one weak doubt, not enough to fail the run: {doubts[0][0]}",
+            OFFLINE_JUDGE,
+            "qa",
+            evidence,
+        )
+    marks = _qa_support(run, ans, step_budget)
+    if len(marks) == 4:
+        why = f"{support}; {'; '.join(marks)}"
+        return Judgment(True, why, 0.7, [], None, OFFLINE_JUDGE, evidence)
+    why = f"{support}, but only {len(marks)} of the 4 marks of a right answer" + (
+        f" ({'; '.join(marks)})" if marks else ""
+    )
+    return _abstain(why, OFFLINE_JUDGE, "qa", evidence)
 
-# %% ../nbs/09_judge.ipynb #6ffffbd3
+# %% ../nbs/09_judge.ipynb #9435acb9
+_REACT_ACTION = re.compile(r"^\s*(?:Search|Lookup|Finish)\[")
+_INFO_REQUEST = re.compile(
+    r"^\W*(?:find|list|name|give|identify|determine|tell me|look up|get|what|which|who|whom|whose"
+    r"|when|where|why|how)\b",
+    re.I,
+)
+_PLEASANTRY = re.compile(
+    r"^\W*(?:you're welcome|you are welcome|goodbye|bye|have a (?:great|nice|good)|glad (?:i|to)"
+    r"|thank(?:s| you)|my pleasure|no problem)\b",
+    re.I,
+)
+_SHELL_NAMES = frozenset(
+    "bash shell sh terminal execute_bash run_shell cmd str_replace_editor"
+    " str_replace_based_edit_tool edit create execute_ipython_cell".split()
+)
+_SHELL_ACTION = re.compile(
+    r"^\s*(?:cd|ls|cat|grep|rg|find|sed|awk|python3?|pytest|git|pip|echo|head|tail|mkdir|rm|mv|cp"
+    r"|touch|make|npm|npx|yarn|node|cargo|go|bash|sh|diff|patch|tox|nl|wc|open|edit|create|submit"
+    r"|str_replace_editor|search_dir|search_file|find_file|goto|scroll_(?:up|down))\b"
+)
+_DIFF = re.compile(r"^(?:diff --git |--- a/|\+\+\+ b/)", re.M)
+_CODING_KEYS = ("submission", "model_patch", "patch")
+
+
+def _is_info_request(task: str) -> bool:
+    "Whether the task asks for information (a question, or 'Find/List/Name ...')."
+    return _is_question(task) or bool(_INFO_REQUEST.match(task))
+
+
+def _shell_share(run: _Run) -> float:
+    "The share of steps that are shell commands or file edits."
+    if not run.steps:
+        return 0.0
+    shell = [s for s in run.steps if s["name"] in _SHELL_NAMES or _SHELL_ACTION.match(s["action"])]
+    return len(shell) / len(run.steps)
+
+
+def _looks_coding(run: _Run) -> bool:
+    """A software task: a patch in the metadata or the answer, a coding format, or mostly shell
+    steps."""
+    if any(isinstance(run.meta.get(k), str) for k in _CODING_KEYS) or _DIFF.search(
+        run.answer or ""
+    ):
+        return True
+    if re.search(r"swe|openhands|coding|programming", str(run.meta.get("format", "")), re.I):
+        return True
+    return _shell_share(run) >= 0.5
+
+
+def _looks_qa(run: _Run) -> bool:
+    "Question answering: ReAct lookups, or an information request with a short answer."
+    if any(_REACT_ACTION.match(s["action"]) for s in run.steps):
+        return True
+    ans = (run.answer or "").strip()
+    short = 0 < len(ans.split()) <= 12 and "\n" not in ans and not _PLEASANTRY.match(ans)
+    return short and _is_info_request(run.task)
+
+
+def _kind_of(run: _Run) -> str:
+    "The kind of a run: 'coding', 'qa', 'tool', 'conversation' or 'unknown', in that order."
+    if _looks_coding(run):
+        return "coding"
+    if _looks_qa(run):
+        return "qa"
+    if run.steps:
+        return "tool"
+    return "conversation" if (run.answer or "").strip() else "unknown"
+
+
+def run_kind(
+    trajectory,  # a `Trajectory`, `TrajectoryArtifact` or anything `as_trajectory` reads
+) -> str:
+    "The kind of run, one of RUN_KINDS: which rules the offline judge applies to it."
+    return _kind_of(_run_of(trajectory))
+
+# %% ../nbs/09_judge.ipynb #0b88e52c
+def _closing_call(run: _Run) -> str | None:
+    "The run's last action when it is a closing call (finish(), submit, ...): the run did end."
+    if not run.steps:
+        return None
+    last = run.steps[-1]
+    named = (last["name"] or "").casefold() in _CLOSING_NAMES
+    return _quote(last["action"], 100) if named or _CLOSING_ACTION.search(last["action"]) else None
+
+
+def _end_rule(run: _Run, kind: str) -> tuple | None:
+    "(why, missing, evidence, cause) when the run ended on an unresolved error or in a loop."
+    answered = bool((run.answer or "").strip())
+    unres = _unresolved(run) if (kind in ("qa", "coding", "unknown") or not answered) else []
+    if unres:
+        n, err = unres[0]
+        why = f"the run ended on an unresolved error at step {n}"
+        return why, ["a run that recovers from its last error"], [_quote(err)], extrinsic_cause(err)
+    lp = run.loop
+    if lp and lp["first_step"] + lp["steps"] - 1 >= run.steps_total - 1:
+        why = (
+            f"the run ended in a loop: {lp['kind']} of {lp['count']} ×"
+            f" {_quote(lp['actions'][0], 60)!r}"
+        )
+        ev = [_quote(a, 80) for a in lp["actions"]]
+        return why, ["a change of approach instead of repeating an action"], ev, None
+    return None
+
+# %% ../nbs/09_judge.ipynb #56d0e61d
+_SUBMITTED_STATUS = re.compile(r"submitted|completed|finished|success", re.I)
+_TEST_COMMAND = re.compile(
+    r"\b(?:pytest|py\.test|tox|nox|unittest|runtests(?:\.py)?|manage\.py test|(?:npm|yarn|pnpm)"
+    r" (?:run )?test|go test|cargo test|mvn test|gradle test|make"
+    r" (?:test|check)|ctest|jest|mocha|rspec)\b"
+)
+_TESTS_FAILED = re.compile(
+    r"\b\d+ (?:failed|errors?)\b|^FAILED\b|\bFAIL:|\bTests? failed\b", re.I | re.M
+)
+_TESTS_PASSED = re.compile(
+    r"\b\d+ passed\b|^OK\b|\ball tests passed\b|\btest result: ok\b", re.I | re.M
+)
+
+
+def _patch_of(run: _Run) -> str | None:
+    "The patch a coding run submitted: from its metadata, or an answer that is a diff."
+    for k in _CODING_KEYS:
+        if isinstance(run.meta.get(k), str):
+            return run.meta[k]
+    ans = run.answer or ""
+    return ans if _DIFF.search(ans) else None
+
+
+def _last_tests(run: _Run) -> str | None:
+    "How the last test run went: 'passed', 'failed', 'ran' (result unclear) or None (no test run)."
+    for s in reversed(run.steps):
+        if _TEST_COMMAND.search(s["action"]):
+            out = f"{s['error'] or ''}\n{s['observation']}"
+            if s["error"] or _TESTS_FAILED.search(out):
+                return "failed"
+            return "passed" if _TESTS_PASSED.search(out) else "ran"
+    return None
+
+
+def _coding_failure(run: _Run, status, patch) -> str | None:
+    "Why a coding run failed by its own harness's account (exit status, empty patch), else None."
+    if status and not _SUBMITTED_STATUS.search(str(status)):
+        return f"the run stopped without submitting (exit status {_quote(status, 60)!r})"
+    if patch is not None and not patch.strip():
+        return "the run submitted an empty patch"
+    if patch is None and status:
+        return f"the run ended with exit status {_quote(status, 60)!r} but no patch"
+    if not run.steps and not (run.answer or "").strip():
+        return "the run did nothing: no steps, no patch, no answer"
+    return None
+
+
+def _coding_judgment(run: _Run) -> Judgment:
+    "A coding run: failures from its exit status and patch; otherwise it is not judged (abstain)."
+    status = run.meta.get("exit_status") or run.meta.get("exit_reason")
+    patch, closing = _patch_of(run), _closing_call(run)
+    ev = [f"exit status {status}"] if status else []
+    if why := _coding_failure(run, status, patch):
+        return _failure(
+            why,
+            0.8,
+            OFFLINE_JUDGE,
+            ["a submitted patch that changes the code"],
+            _failure_class(run),
+            ev,
+        )
+    tests = _last_tests(run)
+    said = {
+        "passed": "the last test run passed",
+        "failed": "the last test run failed",
+        "ran": "tests were run",
+    }
+    did = "submitted a patch" if patch else "closed" if closing else "ended"
+    why = (
+        f"a coding run that {did} ({said.get(tests, 'no test run seen')}): whether it solves the"
+        " task needs the project's own tests, which rules cannot run"
+    )
+    return _abstain(why, OFFLINE_JUDGE, "coding", ev + ([said[tests]] if tests else []))
+
+# %% ../nbs/09_judge.ipynb #ff7a18a7
+_ENV_SUCCESS = re.compile(
+    r"\b(?:task (?:completed|complete|solved|accomplished) successfully|you (?:won|win|succeeded)"
+    r"|episode (?:succeeded|success)|goal (?:reached|achieved))\b",
+    re.I,
+)
+_ENV_FAILURE = re.compile(
+    r"\b(?:task failed|you (?:lost|died|failed)|game over|episode (?:failed|failure)|goal not"
+    r" (?:reached|achieved))\b",
+    re.I,
+)
+
+
+def _env_signal(run: _Run) -> tuple[bool, str] | None:
+    "(success?, quote) when the environment's last observation states the outcome, else None."
+    last = next((s for s in reversed(run.steps) if (s["observation"] or "").strip()), None)
+    if last is None:
+        return None
+    tail = last["observation"][-600:]
+    for ok, rx in ((False, _ENV_FAILURE), (True, _ENV_SUCCESS)):
+        if m := rx.search(tail):
+            return ok, _quote(tail[max(0, m.start() - 60) : m.end() + 60], 160)
+    return None
+
+
+def _agent_judgment(run: _Run, kind: str) -> Judgment:
+    "A tool or conversation run: only the environment's own signal decides; else abstain."
+    if sig := _env_signal(run):
+        ok, quote = sig
+        if ok:
+            return Judgment(
+                True, "the environment reported success", 0.8, [], None, OFFLINE_JUDGE, [quote]
+            )
+        cls = _failure_class(run)
+        return _failure(
+            "the environment reported failure",
+            0.8,
+            OFFLINE_JUDGE,
+            ["the task's goal"],
+            cls,
+            [quote],
+        )
+    closing = _closing_call(run)
+    what = (
+        "a closing call"
+        if closing
+        else "a final message" if (run.answer or "").strip() else "no final message"
+    )
+    why = (
+        f"a {kind} run that ended with {what} and no error: whether it met the goal is the"
+        " environment's to say (no outcome signal in the run)"
+    )
+    return _abstain(why, OFFLINE_JUDGE, kind, [closing] if closing else [])
+
+# %% ../nbs/09_judge.ipynb #ae07de15
+def offline_judge(
+    trajectory,  # a `Trajectory` (best: all steps and thoughts), an artifact, or a generic dict
+    step_budget: int | None = None,  # the agent's step limit, if known: enables the budget rules
+) -> Judgment:
+    "The rule-based offline judge (`offline-rules-v2`): the rules of the run's kind, else abstain."
+    run = _run_of(trajectory)
+    kind = _kind_of(run)
+    if kind == "qa":
+        j = _qa_judgment(run, step_budget)
+    elif (end := _end_rule(run, kind)) is not None:
+        why, missing, ev, cause = end
+        cls = "extrinsic" if cause else _failure_class(run)
+        j = _failure(why, 0.9, OFFLINE_JUDGE, missing, cls, ev, cause)
+    elif kind == "coding":
+        j = _coding_judgment(run)
+    elif kind in ("tool", "conversation"):
+        j = _agent_judgment(run, kind)
+    else:
+        j = _abstain("nothing to judge: no steps and no answer", OFFLINE_JUDGE, kind)
+    j.kind = kind
+    return j
+
+# %% ../nbs/09_judge.ipynb #8ed402ba
 GROUND_TRUTH_JUDGE = "ground-truth"
 
 
@@ -729,7 +1052,7 @@ def ground_truth_judgment(
         1.0,
         GROUND_TRUTH_JUDGE,
         diag.missing,
-        diag.failure_class or "intrinsic",
+        diag.failure_class or _failure_class(_run_of(trajectory)),
         diag.evidence,
         diag.cause,
     )
@@ -929,31 +1252,34 @@ def llm_judge(
         verdict, why = None, f"the reply is a {type(verdict).__name__}, not a JudgeVerdict"
     return verdict_judgment(verdict, artifact, name, why)
 
-# %% ../nbs/09_judge.ipynb #6e5cf26e
+# %% ../nbs/09_judge.ipynb #6c88c9e4
+def _first_verdict(src, llm, step_budget: int | None) -> Judgment:
+    "The first judge that speaks: harness crash, ground truth, extrinsic detector, LLM or offline."
+    for j in (harness_judgment(src), ground_truth_judgment(src), extrinsic_judgment(src)):
+        if j is not None:
+            return j
+    if llm is not None:
+        art = src if isinstance(src, TrajectoryArtifact) else extract_trajectory_artifact(src)
+        return llm_judge(art, llm)
+    return offline_judge(src, step_budget=step_budget)
+
+
 def judge_trajectory(
-    artifact,  # a `TrajectoryArtifact`, or a `Trajectory` / generic dict / transcript (its artifact is built)
+    artifact,  # a `TrajectoryArtifact`, or a `Trajectory` / generic dict / transcript
     llm=None,  # an `AnthropicLLM` (or anything with `complete_json`); None: the offline judge
     *,
     step_budget: int | None = None,  # the agent's step limit, for the offline judge's budget rules
 ) -> Judgment:
     """Judge a run: harness crash, ground truth, extrinsic detector, then the LLM (`llm`) or offline
-    judge."""
+    judge; `kind` is always set."""
     if isinstance(artifact, Mapping) and "key_steps" in artifact:
         artifact = TrajectoryArtifact(**artifact)
     src = artifact if isinstance(artifact, TrajectoryArtifact) else as_trajectory(artifact)
-    if (h := harness_judgment(src)) is not None:
-        return h
-    if (g := ground_truth_judgment(src)) is not None:
-        return g
-    if (x := extrinsic_judgment(src)) is not None:
-        return x
-    if llm is not None:
-        return llm_judge(
-            src if isinstance(src, TrajectoryArtifact) else extract_trajectory_artifact(src), llm
-        )
-    return offline_judge(src, step_budget=step_budget)
+    j = _first_verdict(src, llm, step_budget)
+    j.kind = j.kind or run_kind(src)
+    return j
 
-# %% ../nbs/09_judge.ipynb #fdf08550
+# %% ../nbs/09_judge.ipynb #8656117c
 def answer_in_observation_judge(
     trajectory,  # a `Trajectory` (or anything `as_trajectory` reads)
 ) -> Judgment:
@@ -973,29 +1299,36 @@ def answer_in_observation_judge(
     return _failure("the answer appears in no observation", 0.5, "baseline-answer-in-observation")
 
 
+def _rate(num: int, den: int) -> float:
+    return num / den if den else float("nan")
+
+
 def judge_agreement(
-    predicted,  # judged success, one bool per run (or `Judgment`s)
+    predicted,  # judged success per run: True, False or None (abstained), or `Judgment`s
     actual,  # true success, one bool per run
 ) -> dict:
-    """Balanced accuracy, false-success rate (failed runs judged success), accuracy and the
-    confusion counts."""
-    p = [x.is_success if isinstance(x, Judgment) else bool(x) for x in predicted]
+    """Coverage (share of runs decided); among decided runs balanced accuracy and accuracy; the
+    false-success rate over all labelled failures; the confusion counts."""
+    p = [
+        x.is_success if isinstance(x, Judgment) else None if x is None else bool(x)
+        for x in predicted
+    ]
     y = [bool(x) for x in actual]
     if len(p) != len(y):
         raise ValueError(f"predicted and actual differ in length: {len(p)} vs {len(y)}")
-    tp, fn = sum(a and b for a, b in zip(p, y)), sum(not a and b for a, b in zip(p, y))
-    fp, tn = sum(a and not b for a, b in zip(p, y)), sum(not a and not b for a, b in zip(p, y))
-
-    def rate(num, den):
-        return num / den if den else float("nan")
-
+    pairs = list(zip(p, y))
+    tp, fn = sum(a is True and b for a, b in pairs), sum(a is False and b for a, b in pairs)
+    fp, tn = sum(a is True and not b for a, b in pairs), sum(a is False and not b for a, b in pairs)
+    abstained = sum(a is None for a in p)
     return dict(
-        balanced_accuracy=(rate(tp, tp + fn) + rate(tn, tn + fp)) / 2,
-        false_success_rate=rate(fp, fp + tn),
-        accuracy=rate(tp + tn, len(p)),
+        coverage=_rate(len(p) - abstained, len(p)),
+        balanced_accuracy=(_rate(tp, tp + fn) + _rate(tn, tn + fp)) / 2,
+        false_success_rate=_rate(fp, sum(not b for b in y)),
+        accuracy=_rate(tp + tn, len(p) - abstained),
         tp=tp,
         fn=fn,
         fp=fp,
         tn=tn,
+        abstained=abstained,
         n=len(p),
     )

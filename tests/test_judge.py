@@ -3,21 +3,25 @@
 The LLM replies in tests/fixtures/llm/judge/ are hand-written in the Messages API format (there was no
 API access when they were written; see nbs/09_judge.ipynb) and served on 127.0.0.1 by fake_anthropic to
 the real anthropic SDK. No test here may reach the network."""
-import json, logging, socket, tempfile
+import hashlib, json, logging, socket, tempfile
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from procmem.judge import (CONFIDENCE_SCORES, FAILURE_CLASSES, JUDGE_SYSTEM, JudgeVerdict, Judgment, answer_in_observation_judge,
-                           extrinsic_cause, judge_agreement, judge_prompt, judge_trajectory, offline_judge, verdict_judgment)
-from procmem.llm import DEFAULT_MODEL, DUMMY_API_KEY, LLMError, MissingRecording, fake_anthropic, write_recording
+from procmem.judge import (CONFIDENCE_SCORES, FAILURE_CLASSES, JUDGE_SYSTEM, RUN_KINDS, JudgeVerdict, Judgment, answer_in_observation_judge,
+                           attributable, extrinsic_cause, judge_agreement, judge_prompt, judge_trajectory, offline_judge, run_kind,
+                           verdict_judgment, verdict_label)
+from procmem.ingest import read_trajectories
+from procmem.llm import DEFAULT_MODEL, LLMError
+from procmem.testing import DUMMY_API_KEY, MissingRecording, fake_anthropic, write_recording
 from procmem.trajectory import Step, Trajectory, extract_trajectory_artifact, hide_outcome
 from procmem.research_logs import from_reflexion_log
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "llm" / "judge"
 REFLEXION_LOG = ROOT.parent / "shared" / "data" / "reflexion" / "hotpotqa_react_reflexion_100q_5trials.txt"
+TRAJS = ROOT / "tests" / "fixtures" / "trajectories"
 
 # The judged trajectories: must stay identical to JUDGE_CASES in nbs/09_judge.ipynb (the prompt is the recording key).
 STEPS_OK = [Step("search_entity('Animal')", "[{'uri': 'ex:Animal', 'label': 'Animal'}]", "Find the class first."),
@@ -169,14 +173,14 @@ def test_trajectory_text_cannot_close_the_data_block(text):
 # --- ground truth and the extrinsic detector come first -------------------------------------------------------
 
 def test_ground_truth_overrides_every_judge():
-    grounded = Trajectory("In what state is General Mills headquartered?", [Step("Search[General Mills]", "General Mills is headquartered in Minnesota.")], "Minnesota")
+    grounded = Trajectory("Is General Mills headquartered in Minnesota?", [Step("Search[General Mills]", "General Mills is headquartered in Minnesota.")], "yes")
     assert offline_judge(grounded).is_success
     grounded.outcome = {"success": False}
     for llm in (None, NoCall()):
         j = judge_trajectory(grounded, llm)
         assert (j.is_success, j.judge, j.confidence, j.failure_class) == (False, "ground-truth", 1.0, "intrinsic")
     no_answer = Trajectory("Do the thing.", [Step("do()", "")], None, outcome={"success": True})
-    assert not offline_judge(no_answer).is_success
+    assert offline_judge(no_answer).is_success is None  # a tool run with no outcome signal: the offline judge abstains
     j = judge_trajectory(no_answer, NoCall())
     assert (j.is_success, j.judge, j.failure_class) == (True, "ground-truth", None)
     j = judge_trajectory(extract_trajectory_artifact(no_answer), NoCall())  # the artifact carries it too
@@ -233,17 +237,24 @@ def test_a_recovered_extrinsic_error_is_not_extrinsic():
 
 # --- the offline judge on real runs ---------------------------------------------------------------------------
 
-def test_offline_judge_beats_the_baseline_on_reflexion_runs():
+def question_split(task: str) -> str:
+    "The notebook's split: by the question's text, so retries of one question stay on one side."
+    return "dev" if int(hashlib.sha1(task.encode()).hexdigest(), 16) % 2 == 0 else "held out"
+
+
+def test_offline_judge_meets_the_targets_on_held_out_questions():
+    "On HotpotQA questions its cut-offs were not chosen on: few false successes, accurate where it decides, not silent."
     if not REFLEXION_LOG.exists(): pytest.skip(f"shared data file not found: {REFLEXION_LOG}")
-    runs = from_reflexion_log(REFLEXION_LOG)
-    held = [t for t in runs if t.metadata["trial"] >= 3]
+    held = [t for t in from_reflexion_log(REFLEXION_LOG)
+            if question_split(t.task) == "held out" and "relisted_from_trial" not in t.metadata]  # each run once
+    assert len({t.task for t in held}) >= 40  # about half of the 100 questions
     hidden = [hide_outcome(t) for t in held]
     truth = [t.outcome["success"] for t in held]
     ours = judge_agreement([judge_trajectory(h, step_budget=6) for h in hidden], truth)
     base = judge_agreement([answer_in_observation_judge(h) for h in hidden], truth)
-    assert ours["balanced_accuracy"] >= base["balanced_accuracy"] + 0.05
-    assert ours["false_success_rate"] <= base["false_success_rate"] - 0.15
-    assert ours["false_success_rate"] < 0.35
+    assert ours["false_success_rate"] <= 0.10 and ours["accuracy"] >= 0.75 and ours["balanced_accuracy"] >= 0.70, ours
+    assert ours["coverage"] >= 0.40, ours
+    assert ours["false_success_rate"] <= base["false_success_rate"] - 0.3, (ours, base)
 
 
 def test_the_judge_never_sees_labels():
@@ -251,7 +262,7 @@ def test_the_judge_never_sees_labels():
     if not REFLEXION_LOG.exists(): pytest.skip(f"shared data file not found: {REFLEXION_LOG}")
     t = from_reflexion_log(REFLEXION_LOG)[0]
     h = hide_outcome(t)
-    assert judge_trajectory(h).judge == "offline-rules-v1"  # not ground-truth
+    assert judge_trajectory(h).judge == "offline-rules-v2"  # not ground-truth
     assert judge_trajectory(t).judge == "ground-truth"
 
 
@@ -261,13 +272,70 @@ def test_judgment_validation():
     assert Judgment(False, "x", 0.5, failure_class="adaptive").to_dict()["failure_class"] == "adaptive"
 
 
-def test_offline_judge_on_instruction_tasks():
-    "A report-style answer to an instruction is judged by what the agent did and observed, not by the final-evidence rule."
+def test_tool_runs_are_not_judged_by_qa_rules():
+    "A shopping run's report is neither a success nor a failure by QA rules: nothing in the run says, so the judge abstains."
     steps = [Step("search('AA batteries 8 pack')", "Sorted. First: 8-pack $6.49"), Step("add_to_cart(1)", "Cart total $6.49"),
              Step("place_order()", "Order #1042 placed")]
-    ok = offline_judge(Trajectory("Buy the cheapest pack of 8 AA batteries", steps, "Order placed for the 8-pack at $6.49"))
-    assert ok.is_success and ok.reason.startswith("the final report is backed by what the agent did and observed")
-    assert not offline_judge(Trajectory("Buy the cheapest pack of 8 AA batteries", steps, "Refund issued by support")).is_success
-    assert not offline_judge(Trajectory("Buy the cheapest pack of 8 AA batteries", steps, None)).is_success
-    subclasses = [Step("onto_meta.subclasses['ex:Vehicle']", "['ex:Car', 'ex:Truck', 'ex:Bicycle']")]
-    assert offline_judge(Trajectory("Which subclasses does the class Vehicle have?", subclasses, "ex:Car, ex:Truck, ex:Bicycle")).is_success
+    for answer in ("Order placed for the 8-pack at $6.49", "Refund issued by support", None):
+        j = offline_judge(Trajectory("Buy the cheapest pack of 8 AA batteries", steps, answer))
+        assert (j.is_success, j.kind, j.failure_class, j.confidence) == (None, "tool", None, 0.0), j
+        assert not attributable(j) and verdict_label(j) == "unknown"
+    won = offline_judge(Trajectory("Put a clean mug on the desk", [Step("put mug on desk", "Task completed successfully.")], None))
+    assert (won.is_success, won.kind) == (True, "tool")  # the environment's own signal decides
+    crashed = offline_judge(Trajectory("Book a flight", [Step("book()", error="KeyError: 'flight'")], None))
+    assert (crashed.is_success, crashed.failure_class) == (False, "intrinsic")  # ended on its error, told nobody
+
+
+def test_abstention_is_a_verdict_of_its_own():
+    j = Judgment(None, "no rule decides", 0.0, kind="tool")
+    assert (attributable(j), verdict_label(j), j.to_dict()["kind"]) == (False, "unknown", "tool")
+    with pytest.raises(ValueError, match="an abstained Judgment has no failure_class"): Judgment(None, "x", 0.0, failure_class="intrinsic")
+    with pytest.raises(TypeError, match="True, False or None"): Judgment(1, "x", 0.0)
+    with pytest.raises(ValueError, match="kind must be None or one of"): Judgment(True, "ok", 0.9, kind="chat")
+    assert [verdict_label(Judgment(True, "ok", 1.0)), verdict_label(Judgment(False, "no", 1.0, failure_class="extrinsic", cause="timeout"))] \
+        == ["success", "extrinsic"]
+
+
+def _judged(path, **kw):
+    "(trajectory, offline judgment of its hidden copy) for every run in a real fixture file."
+    return [(t, offline_judge(hide_outcome(t), **kw)) for t in read_trajectories(path)]
+
+
+def test_kinds_of_real_runs():
+    "Each real fixture is recognised as the kind of run it is, by procmem's own readers and run_kind."
+    expect = {"mini-swe-agent/github_issue_textbased.traj.json": "coding", "mini-swe-agent/github_issue_toolcall_limits.traj.json": "coding",
+              "swe-agent/6e44b9__sweagenttestrepo-1c2844.traj": "coding", "minisweagent_test_output.json": "coding",
+              "tau-bench/gpt-4o-airline_excerpt.json": "tool", "openai_chat.json": "tool"}
+    for name, kind in expect.items():
+        kinds = {j.kind for _, j in _judged(TRAJS / name)}
+        assert kinds == {kind}, (name, kinds)
+        assert {run_kind(t) for t in read_trajectories(TRAJS / name)} == {kind}
+    if REFLEXION_LOG.exists():
+        assert {run_kind(t) for t in from_reflexion_log(REFLEXION_LOG)[:50]} == {"qa"}
+    assert set(RUN_KINDS) == {"qa", "coding", "tool", "conversation", "unknown"}
+
+
+def test_coding_runs_real_files():
+    "mini-SWE-agent: a run stopped by its limits failed; a submitted patch is not judged; the closing echo is no missing answer."
+    (t, j), = _judged(TRAJS / "mini-swe-agent" / "github_issue_toolcall_limits.traj.json")
+    assert (j.is_success, j.kind) == (False, "coding") and "LimitsExceeded" in j.reason, j
+    for name in ("mini-swe-agent/github_issue_textbased.traj.json", "swe-agent/6e44b9__sweagenttestrepo-1c2844.traj", "minisweagent_test_output.json"):
+        (t, j), = _judged(TRAJS / name)
+        assert (j.is_success, j.kind) == (None, "coding"), (name, j)
+        assert "did not converge" not in j.reason and "no final answer" not in j.reason
+        assert j.reason.startswith("a coding run that submitted a patch"), (name, j.reason)
+
+
+def test_tau_bench_excerpt_no_wrong_verdict():
+    "Real tau-bench runs with their rewards hidden: tool runs, and no verdict that contradicts the reward."
+    pairs = _judged(TRAJS / "tau-bench" / "gpt-4o-airline_excerpt.json")
+    assert pairs and all(t.outcome is not None for t, _ in pairs)
+    assert {j.kind for _, j in pairs} <= {"tool", "conversation"}
+    assert [t.id for t, j in pairs if j.is_success not in (None, t.outcome["success"])] == []
+
+
+def test_judge_agreement_with_abstentions():
+    m = judge_agreement([True, None, False, None, True], [True, False, False, True, False])
+    assert (m["coverage"], m["abstained"], m["tp"], m["fp"], m["tn"]) == (0.6, 2, 1, 1, 1)
+    assert m["false_success_rate"] == 1 / 3  # over all 3 labelled failures, decided or not
+    assert m["accuracy"] == 2 / 3

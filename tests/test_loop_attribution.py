@@ -167,3 +167,49 @@ def test_summary_has_a_success_column_for_pandas(store):
     df = pd.DataFrame(rows)
     rates = df.groupby("memory")["success"].mean()
     assert rates[True] == 0.5 and rates[False] == 0.0  # the unjudged run is left out of the mean
+
+
+# ------------------------------------------------------------------ issue 7: a judge that may abstain
+
+def test_an_abstention_teaches_nothing_and_counts_nothing(store):
+    "The offline judge cannot tell whether the sales total is right (a tool run, no outcome signal): no lesson, no counter."
+    r = run_with_memory(TASK, good_agent, store)
+    assert r.injected, "the test needs memories injected into the run"
+    j = r.learned.judgment
+    assert (j.is_success, j.failure_class, j.cause, j.kind) == (None, None, None, "tool")
+    assert r.success is None and r.summary()["success"] is None and r.summary()["verdict"] == "unknown"
+    assert r.learned.candidates == [] and r.learned.stored == [] and len(store) == 2  # no lesson
+    assert counters(store, [m.id for m in r.injected]) == [(0, 0, 0)] * len(r.injected)  # no counter
+    assert not [e for e in store.events() if e["kind"] == "outcome"]  # record_outcome was never called
+    ev = loop_events(store, r.trajectory.id)
+    assert (ev["loop.judge"]["verdict"], ev["loop.judge"]["label"], ev["loop.judge"]["run_kind"]) == (None, "unknown", "tool")
+    assert ev["loop.extract"]["ids"] == []
+    out = ev["loop.outcome"]
+    assert (out["attributed"], out["success"], out["verdict"], out["failure_class"]) == (False, None, "unknown", None)
+
+
+def test_a_custom_judge_may_abstain(store):
+    def unsure(artifact, llm=None): return Judgment(None, "cannot tell from the transcript", 0.0)
+    r = run_with_memory(TASK, good_agent, store, judge=unsure)
+    assert r.success is None and len(store) == 2 and r.learned.stored == []
+    assert counters(store, [m.id for m in r.injected]) == [(0, 0, 0)] * len(r.injected)
+    rows = [r.summary(), run_with_memory(TASK, good_agent, store, judge=lambda a, llm=None: Judgment(True, "ok", 0.9)).summary()]
+    assert [x["verdict"] for x in rows] == ["unknown", "success"] and [x["success"] for x in rows] == [None, True]
+
+
+def test_block_size_parameters_reach_the_injector(store):
+    "run_with_memory passes budget_chars and max_bullets to the injector: the block is exactly the injector's."
+    import re
+    from procmem.inject import format_memories_for_injection
+    for budget, bullets in ((3000, 0), (3000, None), (700, 2)):
+        kw = {} if bullets is None else {"max_bullets": bullets}
+        r = run_with_memory(TASK, good_agent, store, budget_chars=budget, learn=False, **kw)
+        assert len(r.memory_block) <= budget
+        if not r.injected:
+            assert r.memory_block == ""
+            continue
+        nonce = re.search(r'nonce="([0-9a-f]{12})"', r.memory_block).group(1)
+        assert r.memory_block == format_memories_for_injection(r.injected, budget_chars=budget, nonce=nonce, **kw)
+    no_points = run_with_memory(TASK, good_agent, store, budget_chars=3000, max_bullets=0, learn=False)
+    default = run_with_memory(TASK, good_agent, store, budget_chars=3000, learn=False)
+    assert no_points.injected and len(no_points.memory_block) < len(default.memory_block)

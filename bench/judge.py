@@ -1,0 +1,175 @@
+"""How good is the offline judge on labelled public runs of several kinds? (labels hidden from the judge)
+
+    python bench/judge.py [--mirrors /work/.mirror] [--out bench/results/judge.json]
+
+Sources (each one is skipped, with the reason recorded, when its file is absent):
+- qa, Reflexion HotpotQA ReAct runs (../shared/data/reflexion/, MIT): split BY QUESTION (sha1 of the question
+  text, even = dev, odd = held out); the QA cut-offs were chosen on dev only. Re-listed solved agents are read
+  once (procmem.research_logs.from_reflexion_log).
+- qa, the same project's ReAct runs without reflexion (noahshinn/reflexion hotpotqa_runs/root/ReAct/base/
+  100_questions_5_trials.txt, a fetched mirror): another agent on the same 100 questions, never tuned on;
+  reported on the same question split.
+- tool, tau-bench historical trajectories gpt-4o-airline.json (sierra-research/tau-bench, MIT), reward 1.0 =
+  success: held out (no rule was tuned on it).
+- coding, mini-SWE-agent v1.15 with Gemini 3 Pro on SWE-bench Verified (gruckion/mini-swe-agent, MIT,
+  swebench_results/20251118_gemini-3-pro-74pct: 500 .traj.json + results_summary.json `resolved`): held out.
+The two mirrors are bare git repositories brought by the `fetch` tool (read with `git show`); nothing of them
+is committed. Trajectories are read with procmem's own adapters, then `hide_outcome`.
+Metrics (procmem.judge.judge_agreement): coverage = share of runs decided (not abstained); accuracy and
+balanced accuracy among decided runs; false-success rate = labelled failures judged success / all labelled
+failures.
+"""
+import argparse, hashlib, json, math, os, subprocess, sys, tempfile, time
+from collections import Counter
+from pathlib import Path
+
+from _common import REPO, git_commit
+
+sys.path.insert(0, str(REPO))
+from procmem.agent_logs import from_minisweagent  # noqa: E402
+from procmem.ingest import read_trajectories  # noqa: E402
+from procmem.judge import judge_agreement, offline_judge  # noqa: E402
+from procmem.research_logs import from_reflexion_log  # noqa: E402
+from procmem.trajectory import hide_outcome  # noqa: E402
+
+HOTPOTQA = REPO.parent / "shared" / "data" / "reflexion" / "hotpotqa_react_reflexion_100q_5trials.txt"
+TAU = ("sierra-research+tau-bench", "historical_trajectories/gpt-4o-airline.json")
+MSA = ("gruckion+mini-swe-agent", "swebench_results/20251118_gemini-3-pro-74pct")
+BASE = ("noahshinn+reflexion", "hotpotqa_runs/root/ReAct/base/100_questions_5_trials.txt")
+
+
+def question_split(task: str) -> str:
+    "'dev' or 'held out', by the question's text: retries of one question stay on one side."
+    return "dev" if int(hashlib.sha1(task.encode()).hexdigest(), 16) % 2 == 0 else "held out"
+
+
+def _git_show(mirror: Path, path: str) -> bytes:
+    return subprocess.run(["git", "--git-dir", str(mirror), "show", f"HEAD:{path}"], capture_output=True, check=True).stdout
+
+
+def _git_ls(mirror: Path, path: str) -> list:
+    out = subprocess.run(["git", "--git-dir", str(mirror), "ls-tree", "-r", "--name-only", "HEAD", path],
+                         capture_output=True, check=True, text=True).stdout
+    return out.split()
+
+
+def hotpotqa_runs():
+    "(split, kind, hidden trajectory, truth) for every HotpotQA run."
+    if not HOTPOTQA.exists():
+        raise FileNotFoundError(f"{HOTPOTQA} not found (the shared Reflexion log)")
+    for t in from_reflexion_log(HOTPOTQA):
+        if "relisted_from_trial" in t.metadata:
+            continue  # a solved agent listed again in a later trial with its old steps: the same run
+        yield question_split(t.task), hide_outcome(t), t.outcome["success"]
+
+
+def hotpotqa_base_runs(mirrors: Path):
+    "(split, hidden trajectory, truth) for the ReAct runs WITHOUT reflexion (another agent; never tuned on)."
+    mirror = mirrors / BASE[0] / "repo"
+    if not mirror.exists():
+        raise FileNotFoundError(f"{mirror} not found (fetch github:noahshinn/reflexion)")
+    with tempfile.TemporaryDirectory() as tmp:
+        p = Path(tmp) / "100_questions_5_trials.txt"
+        p.write_bytes(_git_show(mirror, BASE[1]))
+        runs = from_reflexion_log(p, check_counts=False)  # its trial-3 summary is off by one halted agent
+    for t in runs:
+        if "relisted_from_trial" not in t.metadata:
+            yield question_split(t.task), hide_outcome(t), t.outcome["success"]
+
+
+def tau_runs(mirrors: Path):
+    "(split, hidden trajectory, truth) for the tau-bench airline runs, read by procmem's own reader."
+    mirror = mirrors / TAU[0] / "repo"
+    if not mirror.exists():
+        raise FileNotFoundError(f"{mirror} not found (fetch github:sierra-research/tau-bench)")
+    records = json.loads(_git_show(mirror, TAU[1]))
+    with tempfile.TemporaryDirectory() as tmp:
+        p = Path(tmp) / "gpt-4o-airline.json"
+        p.write_text(json.dumps(records))
+        trajs = read_trajectories(p)
+    truth = {(str(r["task_id"]), r["trial"]): r["reward"] == 1.0 for r in records}
+    if len(trajs) != len(records):
+        raise ValueError(f"procmem read {len(trajs)} of {len(records)} tau-bench runs")
+    for t, r in zip(trajs, records):
+        assert t.outcome and t.outcome["success"] == (r["reward"] > 0), (t.id, t.outcome)  # the adapter's label
+        yield "held out", hide_outcome(t), truth[(str(r["task_id"]), r["trial"])]
+
+
+def msa_runs(mirrors: Path, limit: int | None = None):
+    "(split, hidden trajectory, truth) for the mini-SWE-agent SWE-bench Verified runs."
+    mirror = mirrors / MSA[0] / "repo"
+    if not mirror.exists():
+        raise FileNotFoundError(f"{mirror} not found (fetch github:gruckion/mini-swe-agent)")
+    resolved = {x["instance_id"]: x["resolved"] for x in json.loads(_git_show(mirror, f"{MSA[1]}/results_summary.json"))["instances"]}
+    paths = sorted(p for p in _git_ls(mirror, f"{MSA[1]}/trajs") if p.endswith(".traj.json"))[:limit]
+    for path in paths:
+        t = from_minisweagent(json.loads(_git_show(mirror, path)))
+        yield "held out", hide_outcome(t), resolved[t.id]
+
+
+def _round(m: dict) -> dict:
+    return {k: (None if isinstance(v, float) and math.isnan(v) else round(v, 3) if isinstance(v, float) else v) for k, v in m.items()}
+
+
+def evaluate(source: str, runs) -> list:
+    "One row per split of a source: its kinds, the agreement metrics, the reasons it abstained most."
+    by_split = {}
+    for split, t, truth in runs:
+        j = offline_judge(t, step_budget=6 if source.startswith("qa") else None)  # ReAct's configured limit
+        by_split.setdefault(split, []).append((j, truth))
+    rows = []
+    for split, pairs in sorted(by_split.items()):
+        js, ys = [j for j, _ in pairs], [y for _, y in pairs]
+        kinds = Counter(j.kind for j in js)
+        top = Counter(j.reason.split(":")[0][:90] for j in js if j.is_success is None).most_common(3)
+        rows.append(dict(source=source, split=split, kinds=dict(kinds), successes=sum(ys), failures=len(ys) - sum(ys),
+                         **_round(judge_agreement(js, ys)), abstained_because=dict(top)))
+    return rows
+
+
+def _pooled(rows: list, name: str) -> dict:
+    "The metrics pooled over rows (sums of counts)."
+    c = Counter()
+    for r in rows:
+        c.update({k: r[k] for k in ("tp", "fn", "fp", "tn", "abstained", "n")})
+    dec = c["n"] - c["abstained"]
+
+    def rate(a, b):
+        return round(a / b, 3) if b else None
+
+    bal = None if not (c["tp"] + c["fn"] and c["tn"] + c["fp"]) else round((c["tp"] / (c["tp"] + c["fn"]) + c["tn"] / (c["tn"] + c["fp"])) / 2, 3)
+    return dict(source=name, split="all", n=c["n"], coverage=rate(dec, c["n"]), accuracy=rate(c["tp"] + c["tn"], dec),
+                balanced_accuracy=bal, false_success_rate=rate(c["fp"], sum(r["failures"] for r in rows)),
+                **{k: c[k] for k in ("tp", "fn", "fp", "tn", "abstained")})
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mirrors", default=os.environ.get("PROCMEM_MIRRORS", "/work/.mirror"))
+    ap.add_argument("--limit", type=int, default=None, help="at most this many coding runs")
+    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "judge.json"))
+    a = ap.parse_args()
+    mirrors, rows, skipped, t0 = Path(a.mirrors), [], {}, time.perf_counter()
+    sources = {"qa: Reflexion HotpotQA (ReAct + reflexion)": hotpotqa_runs,
+               "qa: Reflexion HotpotQA (ReAct, no reflexion)": lambda: hotpotqa_base_runs(mirrors),
+               "tool: tau-bench gpt-4o airline": lambda: tau_runs(mirrors),
+               "coding: mini-SWE-agent Gemini 3 Pro, SWE-bench Verified": lambda: msa_runs(mirrors, a.limit)}
+    for name, runs in sources.items():
+        try:
+            rows += evaluate(name, runs())
+        except (FileNotFoundError, subprocess.CalledProcessError) as e:
+            skipped[name] = str(e)
+            print(f"skipped {name}: {e}")
+    held = [r for r in rows if r["split"] == "held out"]
+    rows += [_pooled(rows, "all sources, all splits"), _pooled(held, "all sources, held out only")]
+    out = dict(commit=git_commit(), judge="offline-rules-v2", seconds=round(time.perf_counter() - t0, 1), rows=rows, skipped=skipped,
+               note="machine shared with other jobs (2 cores); timings indicative only")
+    Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+    for r in rows:
+        print(f"{r['source'][:52]:<52} {r['split']:<9} n={r['n']:<4} coverage={r['coverage']} accuracy={r['accuracy']} "
+              f"balanced={r['balanced_accuracy']} false_success={r['false_success_rate']}")
+    print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
