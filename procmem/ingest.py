@@ -424,7 +424,7 @@ def read_logs(
         out.files.append(_read_file(p, keys, out, strict, stdin))
     return out
 
-# %% ../nbs/07d_ingest.ipynb #5e2ea09f
+# %% ../nbs/07d_ingest.ipynb #5f87f3c6
 def read_trajectories(
     path,  # a file or a folder
     task_key: str | None = None,  # as in `read_logs`
@@ -439,6 +439,13 @@ def read_trajectories(
 
 
 def detect_trajectory_format(path) -> str:
-    "The name of the registered format that reads the file at `path` (`TrajectoryError` if none)."
-    rep = read_logs(Path(path), strict=True).files[0]
-    return rep.format
+    "The name of the registered format that claims the file at `path` (`TrajectoryError` if none)."
+    p = Path(path)
+    try:
+        kind, data, _ = _parse_log(_text(_raw(p, None)), p.suffix)
+    except TrajectoryError as e:
+        raise TrajectoryError(f"{p}: {e}") from None
+    fmt, _ = _detect_format(kind, data)
+    if fmt is None:
+        raise TrajectoryError(f"{p}: unknown trajectory format: {_describe(kind, data)}")
+    return fmt.name
