@@ -308,19 +308,20 @@ def from_openai_chat(
             )
     return _chat_trajectory(chat, task, answer, id, source, "openai")
 
-# %% ../nbs/07a_chat_logs.ipynb #1eb415d7
+# %% ../nbs/07a_chat_logs.ipynb #0fb1c966
 _ID_KEYS = ("instance_id", "task_id", "id")  # where a record's id is, in this order
 _LABEL_SOURCES = ("outcome", "resolved", "success", "is_success", "is_solved", "passed", "reward")
 _RECORD_KEYS = ("messages", "task", "answer", "outcome", "source", "metadata")
 
 
 def _record_id(rec) -> tuple:
-    """(key, id as text) of the first of `instance_id`, `task_id`, `id` in `rec`; (None, None) if
-    none."""
+    """(key, id as text) of the first of `instance_id`, `task_id`, `id` in `rec`; without one, (None,
+    a hash of the record): reading the same record twice gives the same id."""
     for k in _ID_KEYS:
         if rec.get(k) not in (None, ""):
             return k, _as_text(rec[k])
-    return None, None
+    text = json.dumps(_jsonable(rec), sort_keys=True, ensure_ascii=False)
+    return None, "sha1-" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
 
 
 def _record_outcome(rec) -> tuple:

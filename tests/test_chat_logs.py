@@ -155,6 +155,8 @@ def test_langgraph_state_keys_go_to_metadata_and_labels_to_outcome():
     assert t.metadata == {"thread_id": "t-1", "format": "langchain"}
     ts = read("langchain-jsonl", LC / "langgraph_states.jsonl")
     assert [len(t.steps) for t in ts] == [2, 1] and ts[1].task == "Delete the file report.pdf"
+    assert [t.id for t in ts] == [t.id for t in read("langchain-jsonl", LC / "langgraph_states.jsonl")]
+    assert all(t.id.startswith("sha1-") for t in ts) and ts[0].id != ts[1].id  # no id in a state: a stable hash
 
 
 def test_langchain_errors():
