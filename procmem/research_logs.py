@@ -601,7 +601,7 @@ register_format(
     )
 )
 
-# %% ../nbs/07c_research_logs.ipynb #aa54984c
+# %% ../nbs/07c_research_logs.ipynb #511cef3b
 _ALFWORLD_KEYS = {"name", "memory", "is_success"}
 
 
@@ -613,28 +613,6 @@ def _detect_alfworld_results(data) -> bool:
         and all(isinstance(e, Mapping) and set(e) == _ALFWORLD_KEYS for e in data[:5])
         and all(isinstance(e["memory"], list) for e in data[:5])
     )
-
-
-def _read_alfworld_results(data, keys: LogKeys | None = None) -> list:
-    "The `reflexion_alfworld` reader: no trajectories; one record saying where its lessons go."
-    n = sum(len(e.get("memory") or []) for e in data if isinstance(e, Mapping))
-    why = (
-        f"ALFWorld env_results: {len(data)} environments without steps (not trajectories); their"
-        f" {n} reflections are lessons: procmem.research_logs.lessons_from_env_results(path)"
-    )
-    return [RecordError("env_results", why)]
-
-
-register_format(
-    LogFormat(
-        "reflexion_alfworld",
-        "json",
-        _detect_alfworld_results,
-        _read_alfworld_results,
-        30,
-        (".json",),
-    )
-)
 
 # %% ../nbs/07c_research_logs.ipynb #f9132a80
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -649,19 +627,17 @@ def _lesson_parts(text: str) -> tuple[str, str, str]:
     wrong = next((s for s in sentences if not _PLAN.match(s)), sentences[0] if sentences else "")
     wrong = re.sub(r"^However,\s+", "", wrong).rstrip(".")
     title = _short(f"Pitfall: {wrong[:1].upper()}{wrong[1:]}", 160)
-    desc = (
-        f"When the plan is to {plan}." if plan else "A lesson the agent wrote after a failed trial."
-    )
+    desc = f"When the plan is to {plan}." if plan else "A lesson the agent wrote after a failed trial."
     return title, desc, plan
 
-# %% ../nbs/07c_research_logs.ipynb #e6c3a19a
+# %% ../nbs/07c_research_logs.ipynb #10548da9
 def lessons_from_reflections(
-    reflections,  # texts, or (text, provenance dict) pairs, e.g. from `_alfworld_reflections`
+    reflections,  # texts, or (text, provenance dict) pairs
     domain: str = "alfworld",  # the memories' domain
     origin: str = "reflexion",  # who wrote the reflections (a tag and the provenance's importer)
 ) -> list[MemoryItem]:
-    """Candidate pitfall memories from an agent's own reflections, one per reflection: low trust,
-    for the gates to add, merge or reject."""
+    """Candidate pitfall memories from an agent's own reflections, one per non-blank reflection: low
+    trust, for the gates to add, merge or reject."""
     out = []
     for r in reflections:
         text, prov = (r, {}) if isinstance(r, str) else r
@@ -670,61 +646,66 @@ def lessons_from_reflections(
             continue
         title, desc, plan = _lesson_parts(text)
         prov = {"source": "import", "importer": origin, "trust": "untrusted", **prov}
-        out.append(
-            MemoryItem(
-                title=title,
-                description=desc,
-                content=text,
-                source_type="failure",
-                task_query=plan,
-                tags=[origin, domain, "reflection"],
-                domain=domain,
-                provenance=prov,
-            )
-        )
+        kw = dict(source_type="failure", task_query=plan, tags=[origin, domain, "reflection"])
+        out.append(MemoryItem(title, desc, text, domain=domain, provenance=prov, **kw))
     return out
 
-# %% ../nbs/07c_research_logs.ipynb #0dd3bc5b
+# %% ../nbs/07c_research_logs.ipynb #fedf3e2e
 _RX_TRIAL_FILE = re.compile(r"trial_(\d+)")
 
 
-def _alfworld_reflections(data: list, where: str) -> list:
-    "(text, provenance) for every reflection of every environment in one `env_results` list."
-    m = _RX_TRIAL_FILE.search(Path(where).stem)
-    trial = int(m.group(1)) if m else None
-    return [
-        (
-            text,
-            {
-                "file": Path(where).name,
-                "trial": trial,
-                "env": e.get("name"),
-                "env_success": e.get("is_success"),
-                "reflection": i,
-            },
-        )
-        for e in data
-        for i, text in enumerate(e.get("memory") or [])
-        if isinstance(text, str)
-    ]
+def _alfworld_reflections(
+    data: list,  # the parsed env_results list
+    where: str | None = None,  # its file name, for the provenance (file and trial)
+) -> list:
+    """(text, provenance) for every non-blank reflection of every environment; a `RecordError` for
+    an entry that is no `{name, memory: [texts], is_success}`."""
+    m = _RX_TRIAL_FILE.search(Path(where).stem) if where else None
+    origin = {"file": Path(where).name, "trial": int(m.group(1)) if m else None} if where else {}
+    out = []
+    for i, e in enumerate(data):
+        memory = e.get("memory") if isinstance(e, Mapping) else None
+        if not isinstance(memory, list) or not all(isinstance(x, str) for x in memory):
+            out.append(RecordError(i, "expected {name, memory: [reflection texts], is_success}"))
+            continue
+        for j, text in enumerate(memory):
+            env = {"env": e.get("name"), "env_success": e.get("is_success"), "reflection": j}
+            out += [(text, {**origin, **env})] if text.strip() else []
+    return out
+
+# %% ../nbs/07c_research_logs.ipynb #6a1b9836
+def _read_alfworld_results(
+    data: list,  # the parsed env_results list
+    keys: LogKeys | None = None,  # ignored: the records have fixed keys
+) -> list:
+    "The `reflexion_alfworld` reader: each reflection as a candidate pitfall `MemoryItem`."
+    out = []
+    for x in _alfworld_reflections(data):
+        out += [x] if isinstance(x, RecordError) else lessons_from_reflections([x])
+    return out
 
 
+register_format(LogFormat("reflexion_alfworld", "json", _detect_alfworld_results,
+                          _read_alfworld_results, 30, (".json",)))
+
+# %% ../nbs/07c_research_logs.ipynb #ab07ed35
 def lessons_from_env_results(
-    path,  # a file of lessons: Reflexion ALFWorld `env_results_trial_<n>.json`
+    path,  # a Reflexion ALFWorld `env_results_trial_<n>.json`
     domain: str = "alfworld",  # the memories' domain
+    skipped: list | None = None,  # if a list, receives a `RecordError` per malformed entry
 ) -> list[MemoryItem]:
-    """Candidate pitfall memories from the reflections in a lessons file (see
-    `lessons_from_reflections`)."""
+    "Candidate pitfall memories from the reflections in an ALFWorld `env_results` file."
     p = Path(path)
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise TrajectoryError(f"{p}: cannot read it as JSON ({type(e).__name__}: {e})") from None
     if not _detect_alfworld_results(data):
-        raise TrajectoryError(
-            f"{p}: not a file of lessons (Reflexion ALFWorld env_results_trial_*.json)"
-        )
-    return lessons_from_reflections(_alfworld_reflections(data, str(p)), domain)
+        raise TrajectoryError(f"{p}: not a Reflexion ALFWorld env_results file of reflections")
+    items = _alfworld_reflections(data, str(p))
+    if skipped is not None:
+        skipped.extend(x for x in items if isinstance(x, RecordError))
+    return lessons_from_reflections([x for x in items if not isinstance(x, RecordError)], domain)
 
 # %% ../nbs/07c_research_logs.ipynb #44fc8370
 def import_lessons(

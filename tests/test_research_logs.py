@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import fastcore.test as ft
 
+from procmem.core import MemoryItem
 from procmem.trajectory import LOG_FORMATS, LogKeys, RecordError, Trajectory, TrajectoryError, hide_outcome
 from procmem.research_logs import (from_reflexion_log, import_lessons, lessons_from_env_results,
                                    lessons_from_reflections)
@@ -45,7 +46,7 @@ def _read(name: str, path: Path, keys=None) -> tuple[list, list]:
     "(trajectories, record errors) that format `name` reads from `path`."
     fmt = LOG_FORMATS[name]
     out = list(fmt.read(_data(path, fmt.kind), keys or LogKeys()))
-    assert all(isinstance(x, (Trajectory, RecordError)) for x in out)
+    assert all(isinstance(x, (Trajectory, RecordError, MemoryItem)) for x in out)
     return [x for x in out if isinstance(x, Trajectory)], [x for x in out if isinstance(x, RecordError)]
 
 
@@ -212,10 +213,14 @@ def _read_junk():
 
 # --- ALFWorld env_results -> lessons through the gates -------------------------------------------------
 
-def test_alfworld_env_results_are_reported_not_refused():
-    ts, errs = _read("reflexion_alfworld", ALF / "env_results_trial_2.json")
-    assert ts == [] and len(errs) == 1
-    assert "4 environments without steps" in errs[0].reason and "7 reflections are lessons" in errs[0].reason
+def test_alfworld_env_results_read_as_lessons_not_trajectories():
+    fmt = LOG_FORMATS["reflexion_alfworld"]
+    out = list(fmt.read(_data(ALF / "env_results_trial_2.json", "json"), LogKeys()))
+    assert len(out) == 7 and all(isinstance(x, MemoryItem) for x in out)  # env_2: 1, env_4: 3, env_20: 3 reflections
+    ft.test_eq([x.provenance["env"] for x in out], ["env_2"] + ["env_4"] * 3 + ["env_20"] * 3)
+    bad = _data(ALF / "env_results_trial_2.json", "json") + [{"name": "env_x", "memory": "not a list", "is_success": False}]
+    ft.test_eq([x for x in fmt.read(bad, LogKeys()) if isinstance(x, RecordError)],
+               [RecordError(4, "expected {name, memory: [reflection texts], is_success}")])
 
 
 def test_alfworld_lessons_merge_across_trials(tmp_path):
@@ -236,7 +241,7 @@ def test_alfworld_lessons_merge_across_trials(tmp_path):
 
 def test_lessons_errors():
     ft.test_fail(lambda: lessons_from_env_results(RLM), contains="cannot read it as JSON")
-    ft.test_fail(lambda: lessons_from_env_results(FIX / "openai_chat.json"), contains="not a file of lessons")
+    ft.test_fail(lambda: lessons_from_env_results(FIX / "openai_chat.json"), contains="not a Reflexion ALFWorld env_results file")
     ft.test_eq(lessons_from_reflections(["", "   "]), [])
 
 
@@ -247,3 +252,17 @@ def test_alfworld_all_trials_in_shared_data(tmp_path):
     ft.test_eq(sum(acts.values()), 1006)
     n = len(list(store))
     assert n <= 147 and acts["merge"] > 700, (n, acts)  # grows with distinct lessons, not with files
+
+
+# --- through procmem.ingest (what `procmem learn` reads) ------------------------------------------------
+
+def test_read_logs_detects_and_reads_every_research_format():
+    from procmem.ingest import read_logs
+    files = [RLM, R67, RBASE, PROG_RS, PROG_PY, ALF / "env_results_trial_2.json"]
+    rep = read_logs(files)
+    got = [(Path(f.path).name, f.format, f.read, f.candidates, len(f.skipped), f.error) for f in rep.files]
+    ft.test_eq(got, [(RLM.name, "rlm_jsonl", 6, 0, 0, None), (R67.name, "reflexion", 6, 0, 7, None),
+                     (RBASE.name, "reflexion", 4, 0, 1, None), (PROG_RS.name, "reflexion_programming", 3, 0, 0, None),
+                     (PROG_PY.name, "reflexion_programming", 2, 0, 1, None), ("env_results_trial_2.json", "reflexion_alfworld", 0, 7, 0, None)])
+    ft.test_eq(len(rep.trajectories), 21)
+    assert all(c.provenance["file"] == "env_results_trial_2.json" for c in rep.candidates)
