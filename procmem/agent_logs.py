@@ -218,6 +218,34 @@ def _assistant_steps(m, text: str) -> list:
         return [(_bash_step(c, thought if j == 0 else ""), None) for j, c in enumerate(cmds)]
     return [(_swe_step(text), None)]
 
+# %% ../nbs/07b_agent_logs.ipynb #5eda00e1
+def _swe_chat_message(m):
+    """A Responses-API item as a chat message (a response: assistant text and tool calls; a
+    `function_call_output`: a tool message); anything else unchanged."""
+    if not isinstance(m, Mapping) or "role" in m:
+        return m
+    if m.get("type") == "function_call_output":
+        out = m.get("output")
+        return {
+            "role": "tool",
+            "tool_call_id": m.get("call_id"),
+            "content": out,
+            "extra": m.get("extra"),
+        }
+    if m.get("object") != "response" or not isinstance(m.get("output"), list):
+        return m
+    items = [x for x in m["output"] if isinstance(x, Mapping)]
+    text = "\n".join(_content_text(x.get("content")) for x in items if x.get("type") == "message")
+    calls = [
+        {
+            "id": x.get("call_id") or x.get("id"),
+            "function": {"name": x.get("name"), "arguments": x.get("arguments")},
+        }
+        for x in items
+        if x.get("type") == "function_call"
+    ]
+    return {"role": "assistant", "content": text, "tool_calls": calls, "extra": m.get("extra")}
+
 # %% ../nbs/07b_agent_logs.ipynb #655c72ea
 @dataclass
 class _SweParse:
@@ -250,7 +278,7 @@ def _swe_reply(p: _SweParse, m, role: str, text: str):
             _env_reply(s, text, extra)
         p.waiting = []
 
-# %% ../nbs/07b_agent_logs.ipynb #613b7ecb
+# %% ../nbs/07b_agent_logs.ipynb #b62e96f1
 def _swe_message(p: _SweParse, m, i: int):
     "Reads message `i` into the parse."
     role, text = _get(m, "role"), _content_text(_get(m, "content"))
@@ -268,6 +296,7 @@ def _swe_message(p: _SweParse, m, i: int):
 def _swe_steps(messages: list, who: str) -> _SweParse:
     "The parse of a whole message list; fails when no user message holds the task."
     p = _SweParse(who)
+    messages = [_swe_chat_message(m) for m in messages] if isinstance(messages, list) else messages
     for i, m in enumerate(_messages(messages, who)):
         _swe_message(p, m, i)
     if p.task is None:
@@ -465,7 +494,7 @@ def _oh_action_text(kind: str, args: dict) -> str:
             return args[k].strip()
     return _call_text(kind, args)
 
-# %% ../nbs/07b_agent_logs.ipynb #80fb104a
+# %% ../nbs/07b_agent_logs.ipynb #316a3182
 @dataclass
 class _OhParse:
     "What a pass over an OpenHands event stream has read so far."
@@ -496,7 +525,6 @@ def _oh_step(p: _OhParse, e: Mapping, kind: str) -> Step:
         said = raw.get("content") or raw.get("final_thought") or e.get("message")
         text = _as_text(said or (raw.get("thought") if kind == "finish" else ""))
         p.answer = text.strip() or p.answer
-        return Step(text.strip() or f"({kind})", thought=thought, name=kind, args=args)
     return Step(_oh_action_text(kind, args), thought=thought, name=kind, args=args)
 
 # %% ../nbs/07b_agent_logs.ipynb #d194016b
@@ -643,7 +671,7 @@ register_format(
     )
 )
 
-# %% ../nbs/07b_agent_logs.ipynb #9a3050a3
+# %% ../nbs/07b_agent_logs.ipynb #0b64ffad
 @dataclass
 class _TauParse:
     "What a pass over a tau-bench conversation has read so far."
@@ -663,7 +691,8 @@ def _tau_assistant(p: _TauParse, m, text: str):
         p.steps.append(st)
         p.by_id[cid] = st
     if not calls and text.strip():
-        p.asking = Step(text.strip(), name="respond", args={"content": text.strip()})
+        args = {"content": text.strip()}
+        p.asking = Step(_call_text("respond", args), name="respond", args=args)
         p.steps.append(p.asking)
         p.answer = text.strip()
 

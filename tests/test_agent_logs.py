@@ -72,6 +72,21 @@ def test_minisweagent_v2_tool_calls_real_file():
     assert t.outcome == {"success": False, "label_key": "info.exit_status", "label": "LimitsExceeded"}
 
 
+def test_minisweagent_responses_api_items():
+    p = MSWEA / "github_issue_responses_api.traj.json"
+    raw = load(p)
+    kinds = {m.get("object") or m.get("type") for m in raw["messages"] if "role" not in m}
+    assert kinds == {"response", "function_call_output"}
+    (t,) = read_logs(p).trajectories
+    text = from_minisweagent(MSWEA / "github_issue_textbased.traj.json")
+    assert [s.args for s in t.steps] == [s.args for s in text.steps] and len(t.steps) == 10
+    calls = [x["call_id"] for m in raw["messages"] if m.get("object") == "response" for x in m["output"] if x["type"] == "function_call"]
+    outs = [json.loads(m["output"])["output"] for m in raw["messages"] if m.get("type") == "function_call_output"]
+    assert len(calls) == 10 and [s.observation for s in t.steps[:9]] == outs  # the 10th is the submission
+    assert [i for i, s in enumerate(t.steps) if s.error] == [0, 7]
+    assert t.answer == raw["info"]["submission"] == t.steps[-1].observation and t.outcome is None
+
+
 def test_minisweagent_bare_message_list_from_its_test_data():
     p = MSWEA / "github_issue_messages.json"
     assert isinstance(load(p), list)
