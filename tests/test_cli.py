@@ -475,6 +475,8 @@ def test_learn_reports_junk_and_learns_the_rest(tmp_path):
     ft.test_eq(set(j["verdicts"]), {"success", "failure", "extrinsic", "unknown"})
     ft.test_eq(set(j["memories"]), {"added", "merged", "replaced", "skipped", "rejected"})
     ft.test_eq(sum(j["memories"].values()), j["candidates"])
+    ft.test_eq(j["lessons"], sum(f["candidates"] for f in read))  # ALFWorld reflections, gated
+    assert j["lessons"] > 0 and j["candidates"] > j["lessons"], j
     stored = json.loads(procmem("stats", "--json", store=db).stdout)["count"]
     assert stored == j["memories"]["added"] > 0, (stored, j["memories"])
     for line in r.stderr.splitlines():
