@@ -339,3 +339,16 @@ def test_judge_agreement_with_abstentions():
     assert (m["coverage"], m["abstained"], m["tp"], m["fp"], m["tn"]) == (0.6, 2, 1, 1, 1)
     assert m["false_success_rate"] == 1 / 3  # over all 3 labelled failures, decided or not
     assert m["accuracy"] == 2 / 3
+
+
+def test_a_closing_call_is_not_a_missing_answer():
+    "An agent that ends with finish()/submit has ended: no 'did not converge' failure for it (old judge: failure, 0.9)."
+    steps = [Step("search_docs('rate limits')", "Limits are per key.", name="search_docs"),
+             Step('finish({"message": "Limits apply per API key."})', "", name="finish")]
+    j = offline_judge(Trajectory("Explain how rate limits are applied to the team", steps, None))
+    assert (j.is_success, j.kind) == (None, "tool") and "closing call" in j.reason, j
+    submit = [Step("python fix.py", "ok", name="bash"), Step("submit", "diff --git a/x.py b/x.py", name="submit")]
+    j = offline_judge(Trajectory("Fix the bug", submit, None))
+    assert (j.is_success, j.kind) == (None, "coding") and "no final answer" not in j.reason, j
+    j = offline_judge(Trajectory("Fix the bug", submit, None, metadata={"exit_status": "submitted", "submission": ""}))
+    assert (j.is_success, j.reason) == (False, "the run submitted an empty patch")
