@@ -1,6 +1,6 @@
-"""Contracts of procmem.chat_logs on real files written by other projects: Claude Code session logs
-(claude-code-log's test data), LangChain/LangGraph messages (recorded LangGraph.js runs in vercel/ai and
-LangChain's own serializations of them), OpenAI chats and Anthropic Messages transcripts. Each format is
+"""Contracts of procmem.chat_logs on real files written by other projects: LangChain/LangGraph messages
+(recorded LangGraph.js runs in vercel/ai and LangChain's own serializations of them), OpenAI chats and
+Anthropic Messages transcripts (vercel/ai recordings). Each format is
 read through the registry (`LOG_FORMATS`) as `procmem learn` reads it, and through `read_logs`.
 Origins and licences: `tests/fixtures/trajectories/<format>/LICENSE-NOTICE.md`."""
 import json
@@ -9,17 +9,15 @@ from pathlib import Path
 import fastcore.test as ft
 import pytest
 
-from procmem.chat_logs import (from_anthropic_messages, from_claude_code, from_langchain_messages,
-                               from_openai_chat)
+from procmem.chat_logs import from_anthropic_messages, from_langchain_messages, from_openai_chat
 from procmem.ingest import read_logs
 from procmem.trajectory import (LOG_FORMATS, LogKeys, RecordError, Trajectory, TrajectoryError,
                                 hide_outcome)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "trajectories"
-CC, LC, OA, AN = (FIXTURES / d for d in ("claude-code", "langchain", "openai", "anthropic"))
-SESSION = "88a8d761-7b9a-4bf1-a8ca-c1febe6bf358"
+LC, OA, AN = (FIXTURES / d for d in ("langchain", "openai", "anthropic"))
 NO_RESULT = "no tool result: the transcript ends before the tool answered"
-MINE = ("claude-code", "langchain", "langchain-jsonl", "openai", "openai-jsonl", "anthropic", "anthropic-jsonl")
+MINE = ("langchain", "langchain-jsonl", "openai", "openai-jsonl", "anthropic", "anthropic-jsonl")
 
 
 def load(path: Path):
@@ -41,22 +39,20 @@ def claimed_by(path: Path) -> list:
 
 # --- detection ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("path", sorted(p for d in (CC, LC, OA, AN) for p in d.glob("*.json*")),
+@pytest.mark.parametrize("path", sorted(p for d in (LC, OA, AN) for p in d.glob("*.json*")),
                          ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_each_real_fixture_is_claimed_by_exactly_its_format(path):
-    family = {"claude-code": "claude-code", "langchain": "langchain", "openai": "openai",
-              "anthropic": "anthropic"}[path.parent.name]
-    expected = family if family == "claude-code" or path.suffix == ".json" else f"{family}-jsonl"
-    assert claimed_by(path) == [expected]
+    family = path.parent.name
+    assert claimed_by(path) == [family if path.suffix == ".json" else f"{family}-jsonl"]
 
 
 def test_read_logs_detects_every_fixture_folder_and_skips_nothing():
-    rep = read_logs([CC, LC, OA, AN])
-    by_file = {Path(f.path).name: f for f in rep.files if not f.path.endswith(".md")}
+    rep = read_logs([LC, OA, AN])
+    by_file = {Path(f.path).name: f for f in rep.files}
     assert {f.format for f in by_file.values()} == set(MINE)
     assert all(f.error is None and not f.skipped for f in by_file.values()), [f.to_dict() for f in rep.files]
-    assert by_file["sidechain_integrated.jsonl"].read == 2  # the main chain and its subagent
     assert by_file["transcripts.jsonl"].read == by_file["langgraph_runs.jsonl"].read == 2
+    assert by_file["langgraph_states.jsonl"].read == 2
 
 
 def test_other_formats_records_are_not_claimed():
@@ -65,70 +61,6 @@ def test_other_formats_records_are_not_claimed():
         fmt = LOG_FORMATS[name]
         for data in (mini, {"task": "t", "steps": []}, "plain text", 42, [], {"messages": "x"}):
             assert fmt.detect(data if fmt.kind == "json" else [(1, data)]) is False, (name, data)
-
-
-# --- Claude Code -------------------------------------------------------------------------------------
-
-def test_claude_code_real_excerpt_main_chain_and_subagent():
-    main, sub = read("claude-code", CC / "sidechain_integrated.jsonl")
-    assert (main.id, sub.id) == (SESSION, f"{SESSION}/agent-e1c84ba5")
-    assert [s.name for s in main.steps] == ["Task"] and main.steps[0].args["subagent_type"] == "general-purpose"
-    assert main.steps[0].observation == "Perfect! Now I have a complete understanding. Let ..."
-    assert main.answer == "Excellent research! The sub-assistant has identifi..."
-    assert main.metadata["task_missing"] is True and SESSION in main.task  # no prompt survived the cut
-    assert main.metadata["sidechains"] == [sub.id] and main.metadata["version"] == "2.0.46"
-    assert sub.task == "Research how data-border-color is used in the code..."  # the Task call's prompt
-    assert {k: sub.metadata[k] for k in ("parent_id", "agent_id", "parent_tool_use_id", "task_from")} == {
-        "parent_id": SESSION, "agent_id": "e1c84ba5", "parent_tool_use_id": "toolu_01JA2mLseQCAW3MdwPE4qWEk",
-        "task_from": "parent_call"}
-    assert main.outcome is None and sub.outcome is None  # Claude Code logs carry no label
-
-
-def test_claude_code_truncated_excerpt_is_tolerated():
-    sub = read("claude-code", CC / "sidechain_integrated.jsonl")[1]
-    grep, unknown = sub.steps
-    assert (grep.name, grep.args, grep.error) == ("Grep", {"pattern": "data-border-color",
-                                                           "output_mode": "files_with_matches"}, NO_RESULT)
-    assert (unknown.action, unknown.name, unknown.args) == ("<unknown tool call>", None,
-                                                            {"tool_use_id": "toolu_011V1hetiJ3pC79EoLTY53Ni"})
-    assert unknown.observation.startswith("  3130") and unknown.error is None
-    assert sub.metadata["unknown_calls"] == 1 and sub.answer is None
-
-
-def test_claude_code_session_task_steps_answer_prompts():
-    [t] = from_claude_code(CC / "representative_messages.jsonl")
-    assert t.task == "Hello Claude! Can you help me understand how Python decorators work?"
-    assert [s.name for s in t.steps] == ["Edit", "Bash"]
-    assert t.steps[0].args["file_path"] == "/tmp/decorator_example.py"
-    assert t.steps[1].observation == "Hello, Alice!\nHello, Alice!\nHello, Alice!"
-    assert t.steps[1].thought.endswith("User: Can you run that example to show the output?")
-    assert t.answer.startswith("Perfect! As you can see, the `@repeat(3)` decorator")
-    assert len(t.metadata["prompts"]) == 4 and t.metadata["summary"].startswith("User learned about")
-
-
-def test_claude_code_rewind_and_compaction():
-    [t] = from_claude_code(CC / "dag_compact_after_rewind.jsonl")
-    assert (t.task, t.answer, t.metadata["abandoned_records"]) == ("Start", "Final answer", 2)
-    assert t.metadata["prompts"] == ["Start", "Second attempt", "Keep going", "After compaction"]
-
-
-def test_claude_code_bad_lines_are_reported_and_the_rest_is_read():
-    lines = load(CC / "representative_messages.jsonl")
-    lines.insert(3, (99, {"type": "assistant", "sessionId": "test_session", "message": {"content": 5}}))
-    out = LOG_FORMATS["claude-code"].read(lines, LogKeys())
-    errors = [x for x in out if isinstance(x, RecordError)]
-    assert [e.index for e in errors] == [99] and "line 99: message.content" in errors[0].reason
-    assert [s.name for s in out[0].steps] == ["Edit", "Bash"]
-    with pytest.raises(TrajectoryError, match="line 4: message.content"):  # records numbered from 1
-        from_claude_code([r for _, r in lines])
-
-
-def test_claude_code_user_keys():
-    main = read("claude-code", CC / "sidechain_integrated.jsonl", LogKeys(id="requestId"))[0]
-    assert main.id == "req_011CVJ517iGrQqjVFtrWsUgP"
-    bad = read("claude-code", CC / "sidechain_integrated.jsonl", LogKeys(outcome="resolved"))
-    assert isinstance(bad[0], RecordError) and "--outcome-key 'resolved'" in bad[0].reason
-    assert isinstance(bad[1], Trajectory)  # the subagent is still read
 
 
 # --- LangChain / LangGraph ---------------------------------------------------------------------------
