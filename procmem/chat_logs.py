@@ -184,13 +184,26 @@ def _anthropic_assistant(chat: _ChatParse, blocks: list, kinds: list, i: int):
     waiting = any(c in chat.pending for c in calls)
     chat.last_answer = None if waiting else ("\n".join(texts).strip() or None)
 
-# %% ../nbs/07a_chat_logs.ipynb #402dea34
+# %% ../nbs/07a_chat_logs.ipynb #7d1424cf
+def _anthropic_message(chat: _ChatParse, m, i: int):
+    "Reads `messages[i]` of an Anthropic transcript (system messages are not part of the run)."
+    role, blocks = _get(m, "role"), _blocks(_get(m, "content"), f"{chat.who}: messages[{i}]")
+    kinds = [_get(b, "type") for b in blocks]
+    if role == "user":
+        _anthropic_user(chat, blocks, kinds, i)
+    elif role == "assistant":
+        _anthropic_assistant(chat, blocks, kinds, i)
+    elif role != "system":
+        raise TrajectoryError(
+            f"{chat.who}: messages[{i}].role {role!r} is not user, assistant or system (an"
+            " OpenAI chat? use from_openai_chat)"
+        )
+
+
 def from_anthropic_messages(
     messages,  # Anthropic Messages: a list of {role, content} (or a dict with "messages")
     task: str | None = None,  # the task; default: the first user text
-    answer: (
-        str | None
-    ) = None,  # the answer; default: the text of the last assistant message that calls no tool
+    answer: str | None = None,  # the answer; default: the last assistant text after its calls
     *,
     id: str | None = None,
     source: str = "tool",
@@ -199,19 +212,7 @@ def from_anthropic_messages(
     is a step."""
     chat = _ChatParse("Anthropic transcript")
     for i, m in enumerate(_messages(messages, chat.who)):
-        role, blocks = _get(m, "role"), _blocks(_get(m, "content"), f"{chat.who}: messages[{i}]")
-        kinds = [_get(b, "type") for b in blocks]
-        if role == "system":
-            continue
-        if role == "user":
-            _anthropic_user(chat, blocks, kinds, i)
-        elif role == "assistant":
-            _anthropic_assistant(chat, blocks, kinds, i)
-        else:
-            raise TrajectoryError(
-                f"{chat.who}: messages[{i}].role {role!r} is not user, assistant or system (an"
-                " OpenAI chat? use from_openai_chat)"
-            )
+        _anthropic_message(chat, m, i)
     return _chat_trajectory(chat, task, answer, id, source, "anthropic")
 
 # %% ../nbs/07a_chat_logs.ipynb #aa3b71d3
@@ -276,13 +277,27 @@ def _openai_tool(chat: _ChatParse, m, role: str, text: str, i: int):
     else:
         st.observation = text
 
-# %% ../nbs/07a_chat_logs.ipynb #8845e81b
+# %% ../nbs/07a_chat_logs.ipynb #33aa063f
+def _openai_message(chat: _ChatParse, m, i: int):
+    "Reads `messages[i]` of an OpenAI chat (system and developer messages are not part of the run)."
+    role, text = _get(m, "role"), _content_text(_get(m, "content"))
+    if role == "user" and chat.first_user is None and text.strip():
+        chat.first_user = text.strip()
+    elif role == "assistant":
+        _openai_assistant(chat, m, text, i)
+    elif role in ("tool", "function"):
+        _openai_tool(chat, m, role, text, i)
+    elif role not in ("system", "developer", "user"):
+        raise TrajectoryError(
+            f"{chat.who}: messages[{i}].role {role!r} is not system, developer, user,"
+            " assistant, tool or function"
+        )
+
+
 def from_openai_chat(
     messages,  # OpenAI-style chat messages (or a dict with "messages")
     task: str | None = None,  # the task; default: the first user text
-    answer: (
-        str | None
-    ) = None,  # the answer; default: the content of the last assistant message without tool calls
+    answer: str | None = None,  # the answer; default: the last assistant text without tool calls
     *,
     id: str | None = None,
     source: str = "tool",
@@ -291,21 +306,7 @@ def from_openai_chat(
     a step."""
     chat = _ChatParse("OpenAI chat")
     for i, m in enumerate(_messages(messages, chat.who)):
-        role, text = _get(m, "role"), _content_text(_get(m, "content"))
-        if role in ("system", "developer"):
-            continue
-        if role == "user":
-            if chat.first_user is None and text.strip():
-                chat.first_user = text.strip()
-        elif role == "assistant":
-            _openai_assistant(chat, m, text, i)
-        elif role in ("tool", "function"):
-            _openai_tool(chat, m, role, text, i)
-        else:
-            raise TrajectoryError(
-                f"{chat.who}: messages[{i}].role {role!r} is not system, developer, user,"
-                " assistant, tool or function"
-            )
+        _openai_message(chat, m, i)
     return _chat_trajectory(chat, task, answer, id, source, "openai")
 
 # %% ../nbs/07a_chat_logs.ipynb #0fb1c966

@@ -166,3 +166,18 @@ def test_chat_adapters_still_reject_malformed_transcripts():
     with pytest.raises(TrajectoryError, match="which no earlier unanswered tool_use has"):
         from_anthropic_messages([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x"}]}])
     ft.test_eq(from_openai_chat(msgs[:2]).steps[-1].error, NO_RESULT)
+
+
+def test_openai_reader_on_tau_bench_published_runs():
+    "tau-bench's historical trajectories (another project's published runs) hold OpenAI chats with tool calls."
+    tau = json.loads((FIXTURES / "tau-bench" / "gpt-4o-airline_excerpt.json").read_text(encoding="utf-8"))
+    ts = [from_openai_chat(r["traj"], id=str(r["task_id"])) for r in tau]
+    assert [[s.name for s in t.steps] for t in ts] == [
+        ["transfer_to_human_agents"], ["cancel_reservation"], ["get_reservation_details", "transfer_to_human_agents"], []]
+    assert ts[1].steps[0].args == {"reservation_id": "3RK2T9"} and json.loads(ts[1].steps[0].observation)["user_id"]
+    assert ts[1].answer.startswith("Your reservation with ID 3RK2T9 has been successfully cancel")
+    assert all(not t.task.startswith("# Airline Agent Policy") for t in ts)  # the system prompt is not the task
+    recs = [{"messages": r["traj"], "task_id": r["task_id"], "reward": r["reward"], "trial": r["trial"]} for r in tau]
+    read_back = LOG_FORMATS["openai"].read(recs, LogKeys())
+    assert [(t.id, t.outcome["success"], t.metadata["trial"]) for t in read_back] == [
+        ("38", True, 2), ("41", False, 2), ("48", True, 1), ("44", False, 3)]
