@@ -5,7 +5,7 @@ from recordings in tests/fixtures/llm/extract/. The replies in those recordings 
 the Messages API format (there was no API access when they were written); write_recordings.py in that folder
 rewrites them after a prompt change (review the diff). No test may reach the network: a guard on
 socket.connect fails any connection that is not to the loopback."""
-import json, logging, re, socket
+import dataclasses, json, logging, re, socket
 from collections import defaultdict
 from pathlib import Path
 
@@ -16,6 +16,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from procmem.core import MemoryItem
 from procmem.extract import (MAX_ITEMS, OFFLINE_EXTRACTOR, Extraction, MemoryReply, despecify, extract_memories,
                              extract_memories_contrastive, trust_for_source)
+from procmem.extract import _as_artifact, _every_step, _gist, _literals, _plain_word, _step_shape
+from procmem.ingest import read_trajectories
+import procmem.claude_code  # noqa: F401  registers the claude-code format
 from procmem.judge import Judgment
 from procmem.llm import LLMError, _read_reply
 from procmem.testing import DUMMY_API_KEY, MissingRecording, fake_anthropic, write_recording
@@ -83,13 +86,23 @@ def contrast_group():
     return group, verdicts
 
 
+def recorded_runs() -> dict:
+    """The excerpt's runs by id, with the outcome fields the recordings were made with (the reader has since added
+    label fields to `outcome`, which is part of the prompt)."""
+    return {t.id: dataclasses.replace(t, outcome={k: t.outcome[k] for k in ("success", "halted")})
+            for t in from_reflexion_log(EXCERPT)}
+
+
 def llm_cases() -> dict:
     "name -> (run, judgment, keyword arguments) of every recorded single-run request."
-    r = from_reflexion_log(EXCERPT)
-    return {"success": (r[0], SUCCESS_J, {}), "failure": (r[3], FAILURE_J, {}), "five_items": (r[1], truth(r[1]), {}),
-            "invalid_item": (r[2], truth(r[2]), {}), "malformed": (r[4], truth(r[4]), {}),
+    r = recorded_runs()
+    jonny, howard, rex = r["reflexion-t1-42ab0f68eb"], r["reflexion-t1-86b540c728"], r["reflexion-t1-2c3ce05eab"]
+    jack, bava = r["reflexion-t1-e5319f7e07"], r["reflexion-t1-59c58ebfa9"]
+    rex2, sayre = r["reflexion-t2-2c3ce05eab"], r["reflexion-t2-c708750e59"]
+    return {"success": (jonny, SUCCESS_J, {}), "failure": (jack, FAILURE_J, {}), "five_items": (howard, truth(howard), {}),
+            "invalid_item": (rex, truth(rex), {}), "malformed": (bava, truth(bava), {}),
             "overloaded": (from_minisweagent(MINISWE), SWE_J, {"domain": "code"}),
-            "refusal": (r[6], truth(r[6]), {}), "fenced_list": (r[7], truth(r[7]), {}),
+            "refusal": (rex2, truth(rex2), {}), "fenced_list": (sayre, truth(sayre), {}),
             "empty_list": (RIVER, Judgment(True, "Both searches were observed.", 0.9, judge=JUDGE), {}),
             "truncated": (MOUNTAIN, Judgment(True, "The height was observed.", 0.9, judge=JUDGE), {})}
 
@@ -106,9 +119,11 @@ def ask(name, **over):
 # Task literals: what no extracted item may contain.
 
 def task_literals(task: str) -> tuple[set, set, set]:
-    "(capitalised words after the first word, numbers, quoted strings) of a task."
-    words = re.findall(r"[^\W\d_][\w'’-]*", task)
-    caps = {w for w in words[1:] if w[0].isupper() and re.split(r"['’]", w.casefold())[0] not in STOPWORDS and len(w) > 1}
+    "(capitalised words not starting a sentence or line, numbers, quoted strings) of a task."
+    starts = {m.end() for m in re.finditer(r"(?:^|[.!?:\n]\s*)", task)}  # sentence and line starts
+    words = [m.group() for m in re.finditer(r"[^\W\d_][\w'’-]*", task) if m.start() not in starts]
+    caps = {w for w in words if w[0].isupper() and re.split(r"['’]", w.casefold())[0] not in STOPWORDS and len(w) > 1
+            and not _plain_word(w)}  # 'Issue', 'Please': never specifics
     caps = {re.sub(r"['’]s$", "", w) for w in caps}
     nums = set(re.findall(r"(?<![\w.])\d+(?:[.,]\d+)*", task))
     quoted = {q for q in re.findall(r"\"([^\"]{2,})\"", task)}
@@ -119,6 +134,7 @@ def leaks(item: MemoryItem, task: str) -> list[str]:
     "The task literals found in an item's title, description, content or tags."
     text = "\n".join([item.title, item.description, item.content, " ".join(item.tags)])
     unnumbered = re.sub(r"(?m)^\d+\. ", "", text)
+    unnumbered = re.sub(r"×\d+|\bsteps? \d+|\b\d+ (?:steps|times|calls)\b", "", unnumbered)  # the run's own counts
     caps, nums, quoted = task_literals(task)
     out = [w for w in caps if re.search(rf"(?<![\w<]){re.escape(w)}(?![\w>])", text)]
     out += [n for n in nums if re.search(rf"(?<![\w.]){re.escape(n)}(?![\w])", unnumbered)]
@@ -217,6 +233,137 @@ def test_extrinsic_failure_teaches_nothing_and_never_calls_the_llm():
     t = from_reflexion_log(EXCERPT)[3]
     out = extract_memories(t, Judgment(False, "rate limited (429)", 1.0, failure_class="extrinsic"), Exploding())
     assert out == [] and out.reasons == ["extrinsic failure, nothing to learn: rate limited (429)"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Issue 7: memories worth injecting, on real logs of several formats
+
+
+REAL_LOGS = ["swe-agent/swe-agent__test-repo-i1.traj", "swe-agent/6e44b9__sweagenttestrepo-1c2844.traj",
+             "openhands/multi_swe_bench_output_excerpt.jsonl", "openhands/basic.json", "openhands/basic_interactions.json",
+             "tau-bench/gpt-4o-airline_excerpt.json", "claude-code/sidechain_integrated.jsonl",
+             "mini-swe-agent/github_issue_toolcall_limits.traj.json", "minisweagent_test_output.json",
+             "anthropic_transcript.json", "openai_chat.json"]
+
+
+def verdicts(t) -> list[Judgment]:
+    "Ground truth when the run carries it; else both verdicts (to exercise procedures and pitfalls)."
+    if isinstance((t.outcome or {}).get("success"), bool):
+        ok = t.outcome["success"]
+        return [Judgment(ok, "ground truth", 1.0, failure_class=None if ok else "intrinsic")]
+    return [Judgment(True, "judged a success", 0.9), Judgment(False, "judged a failure", 0.9, failure_class="intrinsic")]
+
+
+def problems(m: MemoryItem, t) -> list[str]:
+    "What a memory learned from run `t` gets wrong: masked plain words, no-op steps, steps out of order, no quote."
+    a = _every_step(t, _as_artifact(t))
+    lits = _literals(a)
+    shapes = [_step_shape(ks["action"], a.task, lits).text for ks in a.key_steps]
+    out = [f"masked {w!r}" for w in re.findall(r"\b[A-Z][\w']*", t.task[:120]) if _plain_word(w) and w not in m.description]
+    if m.source_type == "success":
+        at = -1
+        for x in [l.split("`")[1] for l in steps_of(m) if "`" in l]:
+            if re.match(r"think\b|\(|<unknown", x) or re.fullmatch(r"echo [^|&;>]*", x):
+                out.append(f"no-op step {x!r}")
+            later = [i for i, sh in enumerate(shapes) if sh == x and i > at]
+            out += [] if later else [f"{x!r} is no step of the run after step {at + 1}"]
+            at = later[0] if later else at
+    else:
+        quoted = re.findall(r"`([^`]+)`", m.description) + re.findall(r"“([^”]+?)…?”", m.description)
+        own = set(shapes) | {_gist(ks.get("outcome") or "", lits, 120) for ks in a.key_steps}
+        own |= {_gist(e["error"], lits, 120) for e in a.errors}
+        if not any(q.rstrip("…") and any(o.startswith(q.rstrip("…")) for o in own) for q in quoted):
+            out.append("quotes no action, result or error of the run")
+    return out
+
+
+@pytest.mark.parametrize("name", REAL_LOGS)
+def test_memories_from_real_logs_have_the_issue_7_properties(name):
+    runs = read_trajectories(FIXTURES / "trajectories" / name)
+    assert runs, name
+    got = [(t, m) for t in runs for j in verdicts(t) for m in extract_memories(t, j)]
+    assert got, f"{name}: no memory from {len(runs)} run(s)"
+    for t, m in got:
+        assert not problems(m, t), (name, m.title, m.description, m.content, problems(m, t))
+        assert not leaks(m, t.task), (name, m.title, leaks(m, t.task))
+
+
+@pytest.mark.skipif(not REFLEXION_LOG.exists(), reason=f"shared data file not found: {REFLEXION_LOG}")
+def test_reflexion_memories_have_the_issue_7_properties():
+    runs = from_reflexion_log(REFLEXION_LOG)
+    got = [(t, m) for t in runs for m in extract_memories(t, truth(t))]
+    assert len(got) >= len(runs)
+    bad = [(t.id, m.title, problems(m, t)) for t, m in got if problems(m, t)]
+    assert not bad, bad[:5]
+    # pitfalls are not one of four templates: their titles and descriptions name the run's own task and actions
+    pit = [m for _, m in got if m.source_type == "failure"]
+    assert len({m.title for m in pit}) >= len(pit) // 3 and len({m.description for m in pit}) >= 0.6 * len(pit)
+
+
+def test_think_noop_and_repeated_steps_are_dropped_and_order_kept():
+    steps = [Step('think({"thought": "Look the club up first."})', "", name="think"),
+             Step('search({"query": "Acme Rocket Club"})', "The Acme Rocket Club was founded by Ada Quill.", name="search"),
+             Step('search({"query": "Acme Rocket Club"})', "The Acme Rocket Club was founded by Ada Quill.", name="search"),
+             Step("echo checking", "checking"), Step("<unknown tool call>", "…"),
+             Step('get_page({"url": "https://example.org/acme"})', "Founded 1950 by Ada Quill.", name="get_page"),
+             Step('finish({"answer": "Ada Quill"})', "", name="finish")]
+    t = Trajectory("Hello! Please tell me who founded the Acme Rocket Club.", steps, "Ada Quill", id="noop", source="web")
+    m, = extract_memories(t, Judgment(True, "ok", 0.9))
+    assert [l.split("`")[1] for l in steps_of(m)] == ["search(query=<entity>)", "get_page(url=<url>)", "finish(answer=<answer>)"]
+    assert m.description == "A procedure that worked for tasks like: Hello! Please tell me who founded the <entity>."
+    assert not problems(m, t)
+
+
+def test_placeholders_only_for_real_specifics():
+    assert despecify("Hi! Thanks. FINISH when Done; the result is True") == "Hi! Thanks. FINISH when Done; the result is True"
+    assert despecify("Hello, please book a flight to Paris for Ann Lee") == "Hello, please book a flight to <entity> for <entity>"
+    r = from_reflexion_log(EXCERPT)
+    m, = extract_memories(r[3], truth(r[3]))  # Lookup[father]: a keyword of the question, not a specific
+    assert "`Lookup[father]`" in m.description and "Jack" not in m.description
+
+
+def test_a_long_run_keeps_its_middle_steps_in_order():
+    t = read_trajectories(FIXTURES / "trajectories" / "openhands" / "multi_swe_bench_output_excerpt.jsonl")[0]
+    assert len(t.steps) == 22 and len(_as_artifact(t).key_steps) == 10
+    m, = extract_memories(t, Judgment(True, "ok", 0.9))
+    acts = [l.split("`")[1] for l in steps_of(m)]
+    assert "str_replace" in acts and acts.index("str_replace") < acts.index("finish(final_thought=<answer>)")
+    assert len(acts) <= 10 and not problems(m, t)
+    only_artifact, = extract_memories(_as_artifact(t), Judgment(True, "ok", 0.9))  # the 10 key steps alone miss the edit
+    assert "str_replace" not in only_artifact.content
+
+
+def test_an_abstained_judgment_teaches_nothing():
+    class Exploding:
+        model = "never"
+        def complete_json(self, *a): raise AssertionError("the LLM must not be called for an abstained verdict")
+    t = from_reflexion_log(EXCERPT)[0]
+    abstained = Judgment(True, "no rule applies to this kind of run", 0.0)
+    abstained.is_success = None  # the judge abstains (set directly: independent of Judgment's own validation)
+    for llm in (None, Exploding()):
+        out = extract_memories(t, abstained, llm)
+        assert out == [] and out.reasons == ["the judge abstained, nothing to learn: no rule applies to this kind of run"]
+    group, verdicts_ = contrast_group()
+    out = extract_memories_contrastive(group, [verdicts_[0], abstained, verdicts_[2]])
+    assert out == [] and out.reasons[0].startswith("left out 1 extrinsic failure(s) or abstained verdict(s)")
+
+
+def test_an_abstained_judgment_from_the_judge_itself_teaches_nothing():
+    "With the judge's own abstention (Judgment(None, ...)) when it accepts one."
+    try:
+        j = Judgment(None, "no rule applies", 0.0)
+    except (TypeError, ValueError):
+        pytest.skip("Judgment does not accept is_success=None yet (procmem.judge)")
+    out = extract_memories(from_reflexion_log(EXCERPT)[0], j)
+    assert out == [] and out.reasons[0].startswith("the judge abstained")
+
+
+def test_a_fatal_llm_error_is_raised_not_logged():
+    class Refused:
+        model = "m"
+        def complete_json(self, *a): raise LLMError("the API key was refused (HTTP 401)", "fatal", status=401)
+    with pytest.raises(LLMError, match="refused"):
+        extract_memories(from_reflexion_log(EXCERPT)[0], Judgment(True, "ok", 0.9), Refused())
 
 
 def test_trust_mapping():
