@@ -1217,10 +1217,25 @@ def verdict_judgment(
     why = (v.reason.strip() or "the judge gave no reason") + note
     return _failure(why, CONFIDENCE_SCORES[v.confidence], judge, missing, cls, ev, cause)
 
-# %% ../nbs/09_judge.ipynb #41d0c3ea
+# %% ../nbs/09_judge.ipynb #1768741a
 def _judge_name(llm) -> str:
     model = getattr(llm, "model", None) or type(llm).__name__
     return f"claude:{model}" if isinstance(llm, AnthropicLLM) else f"llm:{model}"
+
+
+def _unavailable(e: Exception, name: str) -> Judgment:
+    "The extrinsic failure for a judge call that raised (logged unless it was a transient error)."
+    if not (isinstance(e, LLMError) and e.kind == "extrinsic"):
+        logging.getLogger(__name__).warning(
+            "the LLM judge could not be called (%s); judged extrinsic", e
+        )
+    return _failure(
+        f"judge unavailable: {e}",
+        0.0,
+        name,
+        failure_class="extrinsic",
+        cause=error_cause("judge", e),
+    )
 
 
 def llm_judge(
@@ -1228,26 +1243,18 @@ def llm_judge(
     llm,  # an `AnthropicLLM`, or anything with `complete_json(system, prompt, schema) -> (obj|None, reason|None)`
 ) -> Judgment:
     """The strict LLM judge: one structured call; no verdict, an inconsistent one or a failed call
-    is a failure."""
+    is a failure; a fatal `LLMError` (key, permission, model) is raised."""
     name = _judge_name(llm)
     try:
         verdict, why = llm.complete_json(JUDGE_SYSTEM, judge_prompt(artifact), JudgeVerdict)
     except AssertionError:
         raise  # MissingRecording: a test-harness error, never swallowed
-    except (
-        Exception
-    ) as e:  # LLMError, a raw SDK error, a bug in a custom backend: not the agent's doing
-        if not (isinstance(e, LLMError) and e.kind == "extrinsic"):
-            logging.getLogger(__name__).warning(
-                "the LLM judge could not be called (%s); judged extrinsic", e
-            )
-        return _failure(
-            f"judge unavailable: {e}",
-            0.0,
-            name,
-            failure_class="extrinsic",
-            cause=error_cause("judge", e),
-        )
+    except LLMError as e:
+        if e.kind == "fatal":
+            raise  # a key, permission, model or endpoint that will never work: the caller must fix it
+        return _unavailable(e, name)
+    except Exception as e:  # a raw SDK error, a bug in a custom backend: not the agent's doing
+        return _unavailable(e, name)
     if verdict is not None and not isinstance(verdict, JudgeVerdict):
         verdict, why = None, f"the reply is a {type(verdict).__name__}, not a JudgeVerdict"
     return verdict_judgment(verdict, artifact, name, why)

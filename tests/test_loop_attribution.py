@@ -88,7 +88,7 @@ _REQ = httpx.Request("POST", "http://127.0.0.1/v1/messages")
 @pytest.mark.parametrize("exc, cause", [
     (anthropic.APIConnectionError(request=_REQ), "network error"),
     (anthropic.APIStatusError("bad request", response=httpx.Response(400, request=_REQ), body=None), "judge error"),
-    (LLMError("intrinsic failure calling m: HTTP 401 authentication_error", "intrinsic", 401), "judge error"),
+    (LLMError("intrinsic failure calling m: HTTP 400 invalid_request_error", "intrinsic", 400), "judge error"),
     (RuntimeError("the judge's backend has a bug"), "judge error"),
 ])
 def test_a_judge_backend_that_raises_blames_nobody(store, exc, cause):
@@ -102,11 +102,15 @@ def _closed_port() -> int:
         return s.getsockname()[1]  # closed again when the block ends: nothing listens there
 
 
-def test_the_real_sdk_with_an_unreachable_api_blames_nobody(store, monkeypatch):
+def test_the_real_sdk_with_an_unreachable_api_stops_and_blames_nobody(store, monkeypatch):
+    "An API that cannot be reached at all is fatal (issue 7): raised to the caller at the first call; nothing learned or counted."
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
     client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{_closed_port()}", max_retries=0, timeout=5)
-    r = run_with_memory(TASK, good_agent, store, llm=AnthropicLLM(client=client))
-    assert_blames_nobody(store, r, "network error")
+    with pytest.raises(LLMError) as e:
+        run_with_memory(TASK, good_agent, store, llm=AnthropicLLM(client=client))
+    assert e.value.kind == "fatal"
+    assert len(store) == 2 and [m.use_count for m in store] == [0, 0]
+    assert not [x for x in store.events() if x["kind"] in ("outcome", "loop.outcome")]
 
 
 class NoVerdict:
