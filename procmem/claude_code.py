@@ -227,7 +227,7 @@ def _cc_main(main: list, summaries: list, meta: dict) -> list:
     extra.update({"abandoned_records": len(dead)} if dead else {})
     return _cc_chain(live, fallback, meta.get("session_id"), {**meta, **extra})
 
-# %% ../nbs/07e_claude_code.ipynb #d1b5b46c
+# %% ../nbs/07e_claude_code.ipynb #0c0a0af8
 def _cc_keys(t: Trajectory, first: tuple, keys: LogKeys):
     "The main trajectory with the user's keys applied to the session's first record (line, record)."
     try:
@@ -236,18 +236,21 @@ def _cc_keys(t: Trajectory, first: tuple, keys: LogKeys):
         return RecordError(first[0], str(e))
 
 
+def _cc_summaries(items, recs: list) -> list:
+    "The texts of the summary lines that name a record of this log (resumed logs carry others' too)."
+    uuids = {r.get("uuid") for _, r in recs}
+    return [
+        r["summary"]
+        for _, r in items
+        if isinstance(r, Mapping) and r.get("type") == "summary" and r.get("leafUuid") in uuids
+        and isinstance(r.get("summary"), str) and r["summary"].strip()
+    ]
+
+
 def _cc_read(items, keys: LogKeys) -> list:
     "Trajectories (the main chain, then each subagent) and RecordErrors of [(line, record)]."
     recs = [(n, r) for n, r in items if isinstance(r, Mapping) and r.get("type") in _CC_TYPES]
-    summaries = [
-        r["summary"]
-        for _, r in items
-        if isinstance(r, Mapping)
-        and r.get("type") == "summary"
-        and isinstance(r.get("summary"), str)
-        and r["summary"].strip()
-    ]
-    meta = _cc_session_meta(recs)
+    summaries, meta = _cc_summaries(items, recs), _cc_session_meta(recs)
     main = [(n, r) for n, r in recs if not r.get("isSidechain")]
     out, links = _cc_main(main, summaries, meta), _cc_agent_prompts(main)
     groups = _cc_groups([(n, r) for n, r in recs if r.get("isSidechain")])
