@@ -107,3 +107,16 @@ def test_claude_code_user_keys():
     bad = read(CC / "sidechain_integrated.jsonl", LogKeys(outcome="resolved"))
     assert isinstance(bad[0], RecordError) and "--outcome-key 'resolved'" in bad[0].reason
     assert isinstance(bad[1], Trajectory)  # the subagent is still read
+
+
+def test_summaries_of_other_sessions_are_ignored_and_a_summary_can_be_the_task():
+    lines = load(CC / "sidechain_integrated.jsonl")
+    main = lines[0][1]
+    other = {"type": "summary", "summary": "Refactor the CSS", "leafUuid": "not-in-this-log"}
+    own = {"type": "summary", "summary": "Trace data-border-color", "leafUuid": "91c82c1c-29b0-4149-a261-e5582d944ac6"}
+    t = LOG_FORMATS["claude-code"].read([(0, other), *lines], LogKeys())[0]
+    assert t.metadata["task_missing"] is True and "summary" not in t.metadata
+    t = LOG_FORMATS["claude-code"].read([(0, other), (0, own), *lines], LogKeys())[0]
+    assert (t.task, t.metadata["task_from"], t.metadata["summary"]) == ("Trace data-border-color", "summary",
+                                                                       "Trace data-border-color")
+    assert main["sessionId"] == t.id
