@@ -444,7 +444,18 @@ def _lc_calls(f) -> list:
     ]
     return calls or list((f.get("additional_kwargs") or {}).get("tool_calls") or [])
 
-# %% ../nbs/07a_chat_logs.ipynb #715abc5d
+# %% ../nbs/07a_chat_logs.ipynb #516acb81
+def _lc_invalid(chat: _ChatParse, f):
+    "A step per invalid tool call of an AI message (its arguments did not parse, so no tool ran)."
+    for c in f.get("invalid_tool_calls") or []:
+        if isinstance(c, Mapping):
+            name, args = c.get("name") or None, _as_text(c.get("args"))
+            why = _as_text(c.get("error")) or "its arguments did not parse"
+            st = Step(_call_text(name or "<invalid tool call>", args), name=name, args=args)
+            st.error = f"invalid tool call: {why}"
+            chat.steps.append(st)
+
+
 def _lc_message(chat: _ChatParse, m, i: int):
     """Reads one serialized LangChain message into `chat`, with the OpenAI reader's steps and
     pairing."""
@@ -457,6 +468,7 @@ def _lc_message(chat: _ChatParse, m, i: int):
     elif role == "assistant":
         chat.thought.extend([_lc_reasoning(f)] if _lc_reasoning(f) else [])
         _openai_assistant(chat, {"tool_calls": _lc_calls(f)}, text, i)
+        _lc_invalid(chat, f)
     elif role == "tool":
         failed = {"is_error": True} if f.get("status") == "error" else {}
         _openai_tool(chat, {"tool_call_id": f.get("tool_call_id"), **failed}, "tool", text, i)
