@@ -88,10 +88,7 @@ def from_rlm_iterations(
         task, steps, answer, **({"id": id} if id else {}), source=source, metadata=meta
     )
 
-# %% ../nbs/07c_research_logs.ipynb #e180c610
-_RLM_TYPES = ("metadata", "run_context", "iteration")
-
-
+# %% ../nbs/07c_research_logs.ipynb #d0abee39
 def _head_records(lines, n: int = 3) -> list:
     "The records of the first `n` (line number, record) pairs; [] when `lines` is not such a list."
     if not isinstance(lines, list):
@@ -100,6 +97,9 @@ def _head_records(lines, n: int = 3) -> list:
     if not all(isinstance(p, (tuple, list)) and len(p) == 2 for p in head):
         return []
     return [r for _, r in head]
+
+# %% ../nbs/07c_research_logs.ipynb #246b3f85
+_RLM_TYPES = ("metadata", "run_context", "iteration")
 
 
 def _detect_rlm_jsonl(lines) -> bool:
@@ -128,7 +128,7 @@ def _rlm_runs(lines) -> tuple[dict, list, list]:
             skipped.append(RecordError(n, f"not an RLM log record (type {_short(repr(kind), 40)})"))
     return meta, runs, skipped
 
-# %% ../nbs/07c_research_logs.ipynb #8b384aec
+# %% ../nbs/07c_research_logs.ipynb #d0671f4f
 _RLM_CONTEXT_VARS = ("context", "completion_context")  # the REPL variable holding the prompt
 
 
@@ -143,7 +143,7 @@ def _rlm_context_task(iters) -> str | None:
                     return v
     return None
 
-
+# %% ../nbs/07c_research_logs.ipynb #b82aeb4f
 def _rlm_task(ctx, iters) -> str:
     """The run's task: the run context's `root_prompt` (the question beside a long context), else
     its `prompt`; without a run context, the REPL's context variable."""
@@ -282,7 +282,10 @@ def _reflexion_agent(a: dict, trial, section: str, seen: set) -> Trajectory:
     meta = dict(format="reflexion", trial=trial, question_id=qid, reflections=a["reflections"])
     meta.update(section=section.lower(), gold_answer=a["gold"], line=a["line"])
     success = label_outcome(section.lower(), "section")["success"]
-    outcome = {"success": success, "halted": section == "HALTED"}  # the shape recorded prompts embed
+    outcome = {
+        "success": success,
+        "halted": section == "HALTED",
+    }  # the shape recorded prompts embed
     answer = finish[-1] if finish and answered else None
     return Trajectory(task, steps, answer, tid, outcome=outcome, source="web", metadata=meta)
 
@@ -303,13 +306,13 @@ class _ReflexionParse:
     agent: dict | None = None  # the agent being read (None between agents)
     target: tuple | None = None  # where a continuation line goes: question, reflections, a step
 
-# %% ../nbs/07c_research_logs.ipynb #825c2d4f
+# %% ../nbs/07c_research_logs.ipynb #4493a6c9
 @patch
 def _skip(self: _ReflexionParse, n: int, reason: str):
     "Reports line `n` (an agent's `Question:` line, or a stray line) as a record not read."
     self.out.append(RecordError(n, reason))
 
-
+# %% ../nbs/07c_research_logs.ipynb #407fd535
 @patch
 def _close(self: _ReflexionParse, n: int):
     """Closes an agent still open at line `n`: read if it has a verdict or is halted (logs without
@@ -342,13 +345,13 @@ def _structure(self: _ReflexionParse, n: int, line: str) -> bool:
         return False
     return True
 
-# %% ../nbs/07c_research_logs.ipynb #b220ae5e
+# %% ../nbs/07c_research_logs.ipynb #43be970b
 @patch
 def _agent_key(self: _ReflexionParse, agent: dict, same_trial: bool = True) -> tuple:
     "What identifies one agent's run: its question and steps (and, if `same_trial`, the trial)."
     return (self.trial if same_trial else None, agent["question"], json.dumps(agent["steps"]))
 
-
+# %% ../nbs/07c_research_logs.ipynb #41b1510a
 @patch
 def _relisted_from(self: _ReflexionParse, agent: dict) -> int | None:
     "The trial in which this correct agent's run was first read, if it is listed again; else None."
@@ -357,14 +360,29 @@ def _relisted_from(self: _ReflexionParse, agent: dict) -> int | None:
         return first[0]
     return None
 
-
+# %% ../nbs/07c_research_logs.ipynb #494c6927
 @patch
 def _listed_twice(self: _ReflexionParse, agent: dict) -> bool:
     "Whether a halted agent that finished incorrectly was already read as incorrect in this trial."
     twice = self.listed.get(self._agent_key(agent)) is not None
     return self.section == "HALTED" and agent["verdict"] == "INCORRECT" and twice
 
-# %% ../nbs/07c_research_logs.ipynb #9ee3d805
+# %% ../nbs/07c_research_logs.ipynb #e5a0c207
+@patch
+def _react(self: _ReflexionParse, kind: str, text: str):
+    """Reads a `Thought/Action/Observation i:` line; `Answer is ...` is the verdict, not an
+    observation."""
+    if kind == "Observation" and _RX_VERDICT.match(text):
+        self.agent["verdict"] = _RX_VERDICT.match(text).group(1)
+        self.target = ("verdict",)
+        return
+    steps = self.agent["steps"]
+    if kind == "Thought" or not steps or steps[-1][kind.lower()]:
+        steps.append(dict(thought="", action="", observation=""))
+    steps[-1][kind.lower()] = text
+    self.target = ("step", kind.lower())
+
+# %% ../nbs/07c_research_logs.ipynb #bb4bb61c
 @patch
 def _end_agent(self: _ReflexionParse, gold: str | None):
     """Closes the agent (at its `Correct answer:` line): counted for its section, then read as a
@@ -389,21 +407,6 @@ def _end_agent(self: _ReflexionParse, gold: str | None):
         self.out.append(t)
     self.agent, self.target = None, None
 
-
-@patch
-def _react(self: _ReflexionParse, kind: str, text: str):
-    """Reads a `Thought/Action/Observation i:` line; `Answer is ...` is the verdict, not an
-    observation."""
-    if kind == "Observation" and _RX_VERDICT.match(text):
-        self.agent["verdict"] = _RX_VERDICT.match(text).group(1)
-        self.target = ("verdict",)
-        return
-    steps = self.agent["steps"]
-    if kind == "Thought" or not steps or steps[-1][kind.lower()]:
-        steps.append(dict(thought="", action="", observation=""))
-    steps[-1][kind.lower()] = text
-    self.target = ("step", kind.lower())
-
 # %% ../nbs/07c_research_logs.ipynb #c98eb37e
 @patch
 def _continue(self: _ReflexionParse, n: int, line: str):
@@ -422,7 +425,7 @@ def _continue(self: _ReflexionParse, n: int, line: str):
     else:
         agent["steps"][-1][target[1]] += "\n" + line
 
-# %% ../nbs/07c_research_logs.ipynb #49f21c3d
+# %% ../nbs/07c_research_logs.ipynb #cbe9f84d
 @patch
 def _feed(self: _ReflexionParse, n: int, line: str):
     "Reads line `n` of the log (without its line end): dispatches it by kind."
@@ -442,7 +445,7 @@ def _feed(self: _ReflexionParse, n: int, line: str):
     else:
         self._continue(n, line)
 
-
+# %% ../nbs/07c_research_logs.ipynb #de3cf287
 @patch
 def _count_problems(self: _ReflexionParse) -> list:
     "A `RecordError` for each trial whose agents listed per section differ from its summary line."
@@ -454,7 +457,7 @@ def _count_problems(self: _ReflexionParse) -> list:
             out.append(RecordError(f"trial {tr}", f"{self.where}: trial {tr}: {msg}"))
     return out
 
-# %% ../nbs/07c_research_logs.ipynb #37e34a1e
+# %% ../nbs/07c_research_logs.ipynb #46215ac5
 def _parse_reflexion(lines: list, where: str, keep_relisted: bool = False) -> _ReflexionParse:
     """One pass over the lines of a Reflexion log; the returned state holds what was read and
     skipped."""
@@ -464,7 +467,7 @@ def _parse_reflexion(lines: list, where: str, keep_relisted: bool = False) -> _R
     state._close(len(lines) + 1)
     return state
 
-
+# %% ../nbs/07c_research_logs.ipynb #c76bc3c8
 def from_reflexion_log(
     path,  # a Reflexion ReAct log (text)
     check_counts: bool = True,  # fail when the agents listed differ from a trial's summary line
@@ -483,21 +486,24 @@ def from_reflexion_log(
         skipped.extend(x for x in state.out if isinstance(x, RecordError))
     return [x for x in state.out if isinstance(x, Trajectory)]
 
-# %% ../nbs/07c_research_logs.ipynb #7a0b473a
+# %% ../nbs/07c_research_logs.ipynb #d4ec3f86
 _RX_SECTION_ANY = re.compile(r"^-+ BEGIN (?:CORRECT|INCORRECT|HALTED) AGENTS -+[ \t]*$", re.M)
+_RX_REACT_ANY = re.compile(r"^(?:Thought|Action) \d+:", re.M)
 
 
 def _detect_reflexion(text) -> bool:
-    "A Reflexion HotpotQA log: a `BEGIN ... AGENTS` line and a `Question:` line near the start."
-    head = text[:20_000] if isinstance(text, str) else ""
-    return bool(_RX_SECTION_ANY.search(head)) and "\nQuestion:" in head
+    "A Reflexion ReAct log: a `BEGIN ... AGENTS` line, a question and numbered ReAct lines."
+    head = text[:200_000] if isinstance(text, str) else ""
+    sections = _RX_SECTION_ANY.search(head)
+    return bool(sections) and "\nQuestion:" in head and bool(_RX_REACT_ANY.search(head))
 
-
+# %% ../nbs/07c_research_logs.ipynb #f6810a5a
 def _read_reflexion(
     text: str,  # the log's text
     keys: LogKeys | None = None,  # ignored: a text log has no keys to name
 ) -> list:
-    "The `reflexion` reader: trajectories and skipped listings in file order, then count problems."
+    """The `reflexion` reader: distinct runs and skipped listings in file order, then count
+    problems."""
     state = _parse_reflexion(text.splitlines(), "the log")
     return state.out + state._count_problems()
 
@@ -516,7 +522,7 @@ def _detect_reflexion_programming(lines) -> bool:
         for r in head
     )
 
-# %% ../nbs/07c_research_logs.ipynb #ed6a931c
+# %% ../nbs/07c_research_logs.ipynb #c3acea0e
 def _text_list(r: Mapping, key: str) -> list:
     "`r[key]` as a list of strings (missing or null: empty); a `TrajectoryError` for anything else."
     v = r.get(key) or []
@@ -524,7 +530,7 @@ def _text_list(r: Mapping, key: str) -> list:
         raise TrajectoryError(f"{key}: expected a list of strings, got {_short(repr(v), 60)}")
     return v
 
-
+# %% ../nbs/07c_research_logs.ipynb #7202982c
 def _programming_steps(r: Mapping) -> list[Step]:
     """One step per implementation (test feedback as observation, the reflection before it as
     thought); else one step with the final `solution`."""
@@ -627,7 +633,9 @@ def _lesson_parts(text: str) -> tuple[str, str, str]:
     wrong = next((s for s in sentences if not _PLAN.match(s)), sentences[0] if sentences else "")
     wrong = re.sub(r"^However,\s+", "", wrong).rstrip(".")
     title = _short(f"Pitfall: {wrong[:1].upper()}{wrong[1:]}", 160)
-    desc = f"When the plan is to {plan}." if plan else "A lesson the agent wrote after a failed trial."
+    desc = (
+        f"When the plan is to {plan}." if plan else "A lesson the agent wrote after a failed trial."
+    )
     return title, desc, plan
 
 # %% ../nbs/07c_research_logs.ipynb #10548da9
@@ -685,8 +693,16 @@ def _read_alfworld_results(
     return out
 
 
-register_format(LogFormat("reflexion_alfworld", "json", _detect_alfworld_results,
-                          _read_alfworld_results, 30, (".json",)))
+register_format(
+    LogFormat(
+        "reflexion_alfworld",
+        "json",
+        _detect_alfworld_results,
+        _read_alfworld_results,
+        30,
+        (".json",),
+    )
+)
 
 # %% ../nbs/07c_research_logs.ipynb #ab07ed35
 def lessons_from_env_results(
