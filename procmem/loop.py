@@ -99,7 +99,7 @@ class LearnResult:
             **{f"{k}_ms": round(v, 2) for k, v in self.timings.items()},
         )
 
-# %% ../nbs/12_loop.ipynb #e2dfadd2
+# %% ../nbs/12_loop.ipynb #99c21403
 def _fatal(e: Exception) -> bool:
     "An LLM backend that can never work as configured (refused key, no permission, unknown model)."
     return isinstance(e, LLMError) and e.kind == "fatal"
@@ -109,8 +109,8 @@ def _judge_step(traj: Trajectory, artifact, judge, llm) -> Judgment:
     "The verdict on a run: a harness crash, the judge's, or an extrinsic failure of the judge."
     if (crash := harness_judgment(traj)) is not None:
         return crash
-    try:
-        j = judge(artifact, llm=llm)
+    try:  # the default judge gets the whole run (metadata: exit status, patch; every step and thought)
+        j = judge(traj if judge is judge_trajectory else artifact, llm=llm)
     except AssertionError:
         raise
     except Exception as e:

@@ -217,3 +217,18 @@ def test_block_size_parameters_reach_the_injector(store):
     no_points = run_with_memory(TASK, good_agent, store, budget_chars=3000, max_bullets=0, learn=False)
     default = run_with_memory(TASK, good_agent, store, budget_chars=3000, learn=False)
     assert no_points.injected and len(no_points.memory_block) < len(default.memory_block)
+
+
+def test_learning_from_real_coding_runs_uses_their_exit_status():
+    """procmem's judge sees the whole run in the loop: a real mini-SWE-agent run stopped by its limits is a failure;
+    a submitted patch nobody tested is unknown and teaches nothing."""
+    from procmem.ingest import read_trajectories
+    from procmem.loop import learn_from_trajectory
+    root = Path(__file__).resolve().parent / "fixtures" / "trajectories" / "mini-swe-agent"
+    (limits,) = read_trajectories(root / "github_issue_toolcall_limits.traj.json")
+    r = learn_from_trajectory(limits, MemoryStore())
+    assert (r.judgment.is_success, r.judgment.kind) == (False, "coding") and "LimitsExceeded" in r.judgment.reason
+    (submitted,) = read_trajectories(root / "github_issue_textbased.traj.json")
+    s = MemoryStore()
+    r = learn_from_trajectory(submitted, s)
+    assert (r.judgment.is_success, r.summary()["verdict"], r.candidates, len(s)) == (None, "unknown", [], 0)
