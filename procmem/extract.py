@@ -90,7 +90,7 @@ def trust_for_source(
         return "untrusted"
     return SOURCE_TRUST.get(source.strip().casefold(), "untrusted")
 
-# %% ../nbs/10_extract.ipynb #5786bade
+# %% ../nbs/10_extract.ipynb #0fb8bb28
 _URL = re.compile(r"\b(?:https?|ftp|file)://[^\s<>\"'`)\]]+|\bwww\.[^\s<>\"'`)\]]+", re.I)
 _EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
 _QUOTED = re.compile(
@@ -130,7 +130,8 @@ _COMMON_START = frozenset(
     summarise translate convert generate print plot select sort filter merge download upload send
     post reply book buy order navigate go click visit assume suppose imagine using output answer
     estimate evaluate analyze analyse review debug refactor optimize deploy configure enable disable
-    start restart verify ensure research investigate explore study inspect try solve resolve""".split()
+    start restart verify ensure research investigate explore study inspect try solve resolve say
+    ask""".split()
 )
 
 # %% ../nbs/10_extract.ipynb #59175379
@@ -171,30 +172,39 @@ def _plain_word(w: str) -> bool:
         return True
     return w.isupper() and len(w) > 1 and (f in STOPWORDS or f in _COMMON_START)
 
-# %% ../nbs/10_extract.ipynb #82169194
+# %% ../nbs/10_extract.ipynb #9e25f903
+_LINE_LEAD = re.compile(r"(?:\A|\n)[ \t]*(?:#+|[-*>•]|\d+[.)])?[ \t]*\Z")  # a line's start, after a marker
+
+
+def _starts_sentence(s: str, i: int) -> bool:
+    "Whether position `i` of `s` starts a sentence, a line, a heading or a list item."
+    prev = s[:i].rstrip()
+    return not prev or prev[-1] in ".!?:" or bool(_LINE_LEAD.search(s[max(0, i - 16) : i]))
+
+
+def _not_a_name(s: str, m: re.Match) -> bool:
+    """Whether the capitalised word `m` of `s` is no name: a plain word, 'I', a lone capitalised
+    stopword ('Steps To Reproduce'), a common word starting a sentence or line."""
+    w = m.group()
+    base = re.split(r"['’]", w.casefold())[0]
+    if _plain_word(w) or base == "i" or s[max(0, m.start() - 1) : m.start()] == "<":
+        return True
+    nxt = re.match(r"[ \t-]+([^\W\d_][\w'’]*)", s[m.end() :])
+    if base in STOPWORDS and not (nxt and nxt[1][0].isupper() and not _plain_word(nxt[1])):
+        return True  # 'The Clash of Triton' still starts a name
+    return _starts_sentence(s, m.start()) and (base in STOPWORDS or base in _COMMON_START)
+
+
 def _replace_names(s: str) -> str:
     """`s` with each run of capitalised words (not a common sentence-initial word, not 'I', not a
     plain word such as 'Hello' or 'FINISH') replaced by <entity>."""
     spans = []
     for m in _NAME_TOKEN.finditer(s):
-        w = m.group()
-        if not w[0].isupper() or _plain_word(w):
+        if not m.group()[0].isupper() or _not_a_name(s, m):
             continue
-        base = re.split(r"['’]", w.casefold())[0]
-        if base == "i" or s[max(0, m.start() - 1) : m.start()] == "<":
-            continue
-        prev = s[: m.start()].rstrip()
-        if (not prev or prev[-1] in ".!?:" or "\n" in s[len(prev) : m.start()]) and (
-            base in STOPWORDS or base in _COMMON_START
-        ):
-            continue
-        poss = re.search(r"['’]s$", w)
+        poss = re.search(r"['’]s$", m.group())
         end = m.end() - (2 if poss else 0)
-        if (
-            spans
-            and not spans[-1][2]
-            and re.fullmatch(r"[ \t-]+", s[spans[-1][1] : m.start()] or "x")
-        ):
+        if spans and not spans[-1][2] and re.fullmatch(r"[ \t-]+", s[spans[-1][1] : m.start()] or "x"):
             spans[-1][1:] = [end, bool(poss)]
         else:
             spans.append([m.start(), end, bool(poss)])
