@@ -123,18 +123,19 @@ def _judge_step(traj: Trajectory, artifact, judge, llm) -> Judgment:
         )
     return j
 
-# %% ../nbs/12_loop.ipynb #96d16765
+# %% ../nbs/12_loop.ipynb #1dd067fe
 def _extract_step(
-    artifact, judgment: Judgment, extractor, llm, domain: str, tid: str
+    run, judgment: Judgment, extractor, llm, domain: str, tid: str
 ) -> tuple[list, dict]:
-    "(at most 3 candidates, the `loop.extract` event) for one judged run."
-    event = dict(
-        kind="loop.extract", ids=[], trajectory_id=tid, skipped_extrinsic=not attributable(judgment)
-    )
+    """(at most 3 candidates, the `loop.extract` event) for one judged run (its trajectory or
+    artifact)."""
+    event = dict(kind="loop.extract", ids=[], trajectory_id=tid)
+    event.update(skipped_extrinsic=judgment.failure_class == "extrinsic")
+    event.update(skipped_unknown=judgment.is_success is None)
     if not attributable(judgment):
         return [], event
     try:
-        out = extractor(artifact, judgment, llm=llm, domain=domain)
+        out = extractor(run, judgment, llm=llm, domain=domain)
     except AssertionError:
         raise
     except Exception as e:
@@ -216,7 +217,7 @@ def _ms(t0: float) -> float:
     "Milliseconds since `t0` (a `time.perf_counter()` reading)."
     return (time.perf_counter() - t0) * 1000
 
-# %% ../nbs/12_loop.ipynb #2dc40aa4
+# %% ../nbs/12_loop.ipynb #61f699af
 def learn_from_trajectory(
     trajectory,  # a Trajectory, the generic dict or a chat transcript
     store: MemoryStore,  # where gated memories go
@@ -236,7 +237,10 @@ def learn_from_trajectory(
     timings["artifact"], t0 = _ms(t0), time.perf_counter()
     judgment = _judge_step(traj, artifact, judge, llm)
     timings["judge"], t0 = _ms(t0), time.perf_counter()
-    candidates, extract_event = _extract_step(artifact, judgment, extractor, llm, domain, traj.id)
+    run = (
+        traj if extractor is extract_memories else artifact
+    )  # procmem's extractor reads every step
+    candidates, extract_event = _extract_step(run, judgment, extractor, llm, domain, traj.id)
     timings["extract"], t0 = _ms(t0), time.perf_counter()
     extract_event["latency_ms"] = round(timings["extract"], 2)
     decisions, stored, gate_events = _gate_step(candidates, store, traj, task_values, injected)

@@ -232,3 +232,18 @@ def test_learning_from_real_coding_runs_uses_their_exit_status():
     s = MemoryStore()
     r = learn_from_trajectory(submitted, s)
     assert (r.judgment.is_success, r.summary()["verdict"], r.candidates, len(s)) == (None, "unknown", [], 0)
+
+
+def test_a_custom_extractor_gets_the_artifact_and_the_default_the_run(store, monkeypatch):
+    "procmem's own extractor reads every step of the run (extract's request); a custom one keeps the documented artifact."
+    from procmem import loop
+    from procmem.trajectory import Trajectory, TrajectoryArtifact
+    seen = []
+    def spy(run, judgment, llm=None, domain=None):
+        seen.append(type(run).__name__)
+        return []
+    def ok(artifact, llm=None): return Judgment(True, "the total is in the last observation", 0.9)
+    run_with_memory(TASK, good_agent, store, judge=ok, extractor=spy)
+    monkeypatch.setattr(loop, "extract_memories", spy)  # the loop's default is recognised by identity
+    loop.learn_from_trajectory(good_agent(TASK, ""), store, judge=ok, extractor=spy)
+    assert seen == [TrajectoryArtifact.__name__, Trajectory.__name__]
