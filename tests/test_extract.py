@@ -656,3 +656,16 @@ def test_offline_extractor_never_raises_on_random_runs(task, ss, answer, ok, mis
         if ok: assert len(steps_of(m)) >= 2
     other = Trajectory(task, list(reversed(ss)), answer, id="random-2", source="web")
     _check(extract_memories_contrastive([t, other], [j, Judgment(not ok, "x", 0.5, failure_class=None if not ok else "intrinsic")]), "contrastive")
+
+
+@pytest.mark.skipif(not REFLEXION_LOG.exists(), reason=f"shared data file not found: {REFLEXION_LOG}")
+def test_learning_the_whole_reflexion_log_into_one_store():
+    "Regression: a replace whose new text another memory already held raised StoreConflictError and stopped learning."
+    from procmem.judge import ground_truth_judgment
+    from procmem.loop import learn_from_trajectory
+    from procmem.store import MemoryStore
+    store, stored = MemoryStore(), 0
+    for t in from_reflexion_log(REFLEXION_LOG):
+        r = learn_from_trajectory(t, store, judge=lambda a, llm=None: ground_truth_judgment(a), log=False)
+        stored += bool(r.stored)
+    assert len(store) >= 50 and stored >= 400, (len(store), stored)
