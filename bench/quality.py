@@ -405,7 +405,8 @@ ground truth the log carries, as `procmem learn` uses labels), the offline extra
 show the ranking alone, with `min_relevance=0` (the top 3 BM25 hits, whatever their score).
 
 **Runs.** Reflexion HotpotQA (`shared/data/reflexion/hotpotqa_react_reflexion_100q_5trials.txt`,
-MIT): 100 questions x 5 trials, 498 ReAct runs labelled correct / incorrect / halted. No WebArena
+MIT): 100 questions x 5 trials, 326 distinct ReAct runs labelled correct / incorrect / halted (the
+log re-lists every agent solved in an earlier trial with its old steps; those copies are read once). No WebArena
 runs exist in the public data here (`webarena/tasks_dev.json` holds tasks, not trajectories), so
 WebArena siblings are measured only on a task-text proxy, below, and labelled as such.
 
@@ -496,7 +497,8 @@ def fold_rows(runs, family, learn_q: set, query_q: set) -> tuple[list, list, dic
 def reflexion_learned() -> dict:
     "Own-task and sibling retrieval after learning Reflexion HotpotQA runs, two folds."
     from procmem.research_logs import from_reflexion_log
-    runs = from_reflexion_log(DATA / "reflexion" / "hotpotqa_react_reflexion_100q_5trials.txt")
+    runs = from_reflexion_log(DATA / "reflexion" / "hotpotqa_react_reflexion_100q_5trials.txt",
+                              keep_relisted=False)  # 326 distinct runs: no re-listed copies of solved ones
     qs = sorted({t.task for t in runs})
     half = {q: zlib.crc32(q.encode()) % 2 for q in qs}
     out = {"own": [], "sibling": [], "folds": []}
