@@ -863,7 +863,7 @@ def _frame(a: TrajectoryArtifact, lits, n: int = 90) -> str:
     s = re.sub(r"(?<![<\w])[A-Za-z_]\w*(?=\()", "<name>", despecify(first, lits))
     return _clip(" ".join(s.split()).rstrip(" ?.!:"), n)
 
-# %% ../nbs/10_extract.ipynb #4a593608
+# %% ../nbs/10_extract.ipynb #db67122e
 def _induce_workflow(a: TrajectoryArtifact) -> tuple[dict | None, str | None]:
     """A parameterised procedure from a successful run's useful steps, in order; (None, reason) when
     fewer than two different ones remain."""
@@ -877,7 +877,11 @@ def _induce_workflow(a: TrajectoryArtifact) -> tuple[dict | None, str | None]:
         )
         return None, why
     lines = _procedure_lines(a, steps)
-    lines.append("Before finishing, check that the answer rests on what these steps observed.")
+    qa = any(s.kind == "react" for _, s in steps)  # a ReAct question; else a task's result
+    lines.append(
+        "Before finishing, check that the answer rests on what these steps observed." if qa
+        else "Before finishing, check the result against what the task asks (run its check, if any)."
+    )
     names = [s.verb for i, (_, s) in enumerate(steps) if i == 0 or steps[i - 1][1].name != s.name]
     item = dict(
         title=_clip(f"{_join_title(names, 3)} for “{_frame(a, lits)}”", 160),
