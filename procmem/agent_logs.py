@@ -26,7 +26,7 @@ from .chat_logs import _messages, _parse_args
 # %% auto #0
 __all__ = ['from_minisweagent', 'from_sweagent', 'from_openhands', 'from_taubench']
 
-# %% ../nbs/07b_agent_logs.ipynb #3a2cf1a9
+# %% ../nbs/07b_agent_logs.ipynb #a9e1192a
 _ID_KEYS = ("instance_id", "task_id", "id")
 _LABEL_KEYS = ("resolved", "success", "is_success", "is_solved", "reward", "exit_status")
 
@@ -39,6 +39,12 @@ def _record_id(*records) -> str | None:
             if v is not None and not isinstance(v, bool) and str(v).strip():
                 return str(v)
     return None
+
+
+def _stable_id(record) -> str:
+    "An id for a record that has none: `sha1-` and 16 hex digits of the record's JSON."
+    text = json.dumps(_jsonable(record), sort_keys=True, ensure_ascii=False)
+    return "sha1-" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
 
 
 def _first_label(places, keys=_LABEL_KEYS, reward_rule: str = "positive") -> dict | None:
@@ -317,11 +323,11 @@ def _swe_metadata(d: Mapping, info: Mapping, injected: bool) -> dict:
         meta["memory_injected"] = True
     return meta
 
-# %% ../nbs/07b_agent_logs.ipynb #39f443dc
+# %% ../nbs/07b_agent_logs.ipynb #3038286e
 def from_minisweagent(
     path_or_dict,  # a `.traj.json` path, its parsed dict, or a bare list of its messages
     *,
-    id: str | None = None,  # the run's id; default: `instance_id` of the file or its `info`
+    id: str | None = None,  # the run's id; default: `instance_id` (file or `info`), else a hash
     source: str = "tool",
 ) -> Trajectory:
     "A `Trajectory` from a mini-SWE-agent trajectory (v1 or v2, text or tool calls)."
@@ -329,12 +335,12 @@ def from_minisweagent(
     info = d.get("info") if isinstance(d.get("info"), Mapping) else {}
     p = _swe_steps(d["messages"], who)
     info = {**{k: p.exit[k] for k in ("exit_status", "submission") if k in p.exit}, **info}
-    sub, tid = info.get("submission"), id or _record_id(d, info)
+    sub, tid = info.get("submission"), id or _record_id(d, info) or _stable_id(d)
     return Trajectory(
         p.task,
         p.steps,
         sub if isinstance(sub, str) and sub.strip() else None,
-        **({"id": tid} if tid else {}),
+        tid,
         outcome=_first_label([("", d), ("info.", info)], ("resolved", "success", "exit_status")),
         source=source,
         metadata=_swe_metadata(d, info, p.injected),
@@ -428,11 +434,11 @@ def _sweagent_step(item, i: int, calls: list) -> Step:
         name, args = action.split(None, 1)[0], {"command": action}
     return Step(action, _as_text(item.get("observation")), thought, name=name, args=args)
 
-# %% ../nbs/07b_agent_logs.ipynb #c99ba68c
+# %% ../nbs/07b_agent_logs.ipynb #2554e4cf
 def from_sweagent(
     path_or_dict,  # a `.traj` path or its parsed dict
     *,
-    id: str | None = None,  # the run's id; default: the problem statement's id or `instance_id`
+    id: str | None = None,  # default: the problem statement's id, `instance_id`, else a hash
     source: str = "tool",
 ) -> Trajectory:
     "A `Trajectory` from a SWE-agent `.traj`: one step per executed action."
@@ -442,14 +448,16 @@ def from_sweagent(
     info = d.get("info") if isinstance(d.get("info"), Mapping) else {}
     calls = _sweagent_calls(d.get("history"))
     steps = [_sweagent_step(item, i, calls) for i, item in enumerate(d["trajectory"])]
-    sub, tid = info.get("submission"), id or _record_id(_replay_problem(d), d, info)
+    sub, tid = info.get("submission"), id or _record_id(_replay_problem(d), d, info) or _stable_id(
+        d
+    )
     meta = {k: _jsonable(v) for k, v in info.items() if k != "submission"}
     meta.update(extra_keys(d, {"trajectory", "history", "info"}))
     return Trajectory(
         _sweagent_task(d),
         steps,
         sub.strip() if isinstance(sub, str) and sub.strip() else None,
-        **({"id": tid} if tid else {}),
+        tid,
         outcome=_first_label([("", d), ("info.", info)], ("resolved", "success", "exit_status")),
         source=source,
         metadata={"format": "swe-agent", **meta},
@@ -600,11 +608,11 @@ def _oh_metadata(rec: Mapping, tr: Mapping) -> dict:
         meta["labels"] = labels
     return meta
 
-# %% ../nbs/07b_agent_logs.ipynb #e298fc7f
+# %% ../nbs/07b_agent_logs.ipynb #9e39dac6
 def from_openhands(
     path_or_record,  # an event-stream `.json` path, its list of events, or an evaluation record
     *,
-    id: str | None = None,  # the run's id; default: the record's `instance_id` or `id`
+    id: str | None = None,  # the run's id; default: `instance_id` or `id`, else a hash
     source: str = "tool",
 ) -> Trajectory:
     "A `Trajectory` from an OpenHands event stream or evaluation record: one step per agent action."
@@ -617,14 +625,15 @@ def from_openhands(
     if not task:
         raise TrajectoryError(f"{who}: no instruction and no user message holds the task")
     task, injected = _strip_injected(task)
-    patch, tid = _as_text(tr.get("git_patch")).strip(), id or _record_id(rec)
+    patch = _as_text(tr.get("git_patch")).strip()
+    tid = id or _record_id(rec) or _stable_id(rec or events)
     places = [("", rec), ("test_result.", tr), ("test_result.report.", tr.get("report"))]
     meta = _oh_metadata(rec, tr) | ({"memory_injected": True} if injected else {})
     return Trajectory(
         task,
         p.steps,
         patch or p.answer,
-        **({"id": tid} if tid else {}),
+        tid,
         outcome=_first_label(places),
         source=source,
         metadata=meta,
@@ -732,7 +741,7 @@ def _tau_id(r: Mapping) -> str | None:
     tid = _record_id(r)
     return f"{tid}#{r['trial']}" if tid is not None and r.get("trial") is not None else tid
 
-# %% ../nbs/07b_agent_logs.ipynb #8b3acafa
+# %% ../nbs/07b_agent_logs.ipynb #ee0585d3
 def from_taubench(
     record,  # one result of a tau-bench results file: {task_id, trial, reward, info, traj}
     *,
@@ -747,12 +756,11 @@ def from_taubench(
         _tau_message(p, m, i)
     if not p.task:
         raise TrajectoryError("tau-bench result: no user message holds the task")
-    tid = _tau_id(record)
     return Trajectory(
         p.task,
         p.steps,
         p.answer,
-        **({"id": tid} if tid else {}),
+        _tau_id(record) or _stable_id(record),
         outcome=_first_label([("", record)], ("reward",), reward_rule),
         source=source,
         metadata=_tau_metadata(record),

@@ -236,6 +236,14 @@ def test_user_keys_override_the_guessed_ones():
     assert t.task == raw[0]["info"]["task"]["instruction"] and t.id == raw[0]["info"]["task"]["user_id"]
 
 
+def test_ids_are_stable_without_an_id_key():
+    mine = [MSWEA, SWEA, OH, TAU]
+    one = [t.id for t in read_logs(mine).trajectories]
+    two = [t.id for t in read_logs(mine).trajectories]
+    assert one == two and len(set(one)) == len(one)
+    assert "sha1-" in " ".join(one) and "38#2" in one and "SWE-agent__test-repo-i1" in one
+
+
 def test_formats_do_not_claim_each_others_files():
     mine = ("mini-swe-agent", "swe-agent", "openhands", "tau-bench")
     files = [p for d in (MSWEA, SWEA, OH, TAU) for p in d.iterdir() if p.suffix in (".json", ".traj")]
