@@ -175,13 +175,14 @@ def _rlm_run_steps(iters) -> tuple[list, str | None]:
             answer = _as_text(it["final_answer"])
     return steps, answer
 
-# %% ../nbs/07c_research_logs.ipynb #013c1af4
+# %% ../nbs/07c_research_logs.ipynb #d0428b67
 def _rlm_run(k: int, run: list, meta: dict, keys: LogKeys) -> Trajectory:
     "Run `k` (`[first line, run_context, iterations]`) as a `Trajectory`; the user's keys applied."
     first, ctx, iters = run
+    record = ctx if ctx is not None else iters[0][1]  # where the user's keys are looked up
     steps, answer = _rlm_run_steps(iters)
-    task = _rlm_task(ctx, iters)
-    stamp = _as_text((ctx or iters[0][1]).get("timestamp"))
+    task = "(--task-key)" if keys.task else _rlm_task(ctx, iters)
+    stamp = _as_text(record.get("timestamp"))
     tid = f"rlm-{k}-" + hashlib.sha1(f"{stamp}\x1f{task}".encode()).hexdigest()[:10]
     md = dict(
         format="rlm_jsonl", run=k, line=first, iterations=[i.get("iteration") for _, i in iters]
@@ -190,7 +191,7 @@ def _rlm_run(k: int, run: list, meta: dict, keys: LogKeys) -> Trajectory:
     if ctx is not None and task != _as_text(ctx.get("prompt")):
         md["prompt"] = _short(_as_text(ctx.get("prompt")), 2000)
     t = Trajectory(task, steps, answer, tid, source="tool", metadata=md)
-    return apply_keys(t, ctx if ctx is not None else iters[0][1], keys)
+    return apply_keys(t, record, keys)
 
 # %% ../nbs/07c_research_logs.ipynb #488aed14
 def _read_rlm_jsonl(
