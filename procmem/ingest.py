@@ -174,7 +174,7 @@ def _all_records(data, has) -> bool:
     recs = [r for _, r in _records(data)]
     return bool(recs) and all(isinstance(r, dict) for r in recs) and any(map(has, recs))
 
-# %% ../nbs/07d_ingest.ipynb #591ddfd9
+# %% ../nbs/07d_ingest.ipynb #65abe4e7
 def _is_generic(rec) -> bool:
     "Whether `rec` is procmem's generic trajectory object (it has a list of steps)."
     return isinstance(rec, dict) and isinstance(rec.get("steps"), list)
@@ -186,9 +186,7 @@ def _read_generic(data, keys: LogKeys):
         try:
             if not _is_generic(rec):
                 raise TrajectoryError(f"not a trajectory ({{task, steps}}): keys {sorted(rec)[:8]}")
-            t = as_trajectory(rec)
-            t.metadata.setdefault("format", "generic")
-            yield apply_keys(t, rec, keys)
+            yield apply_keys(as_trajectory(rec), rec, keys)  # procmem's own form reads back as written
         except TrajectoryError as e:
             yield RecordError(i, str(e))
 
