@@ -13,6 +13,7 @@ from .inject import *
 from .bootstrap import *
 from .trajectory import *
 from .chat_logs import *
+from .claude_code import *
 from .agent_logs import *
 from .research_logs import *
 from .ingest import *
@@ -47,6 +48,9 @@ __all__ = [
     "detect_loop", "extract_trajectory_artifact",
     # log formats
     "LogKeys", "LogFormat", "RecordError", "register_format", "label_outcome",
+    "from_langchain_messages", "from_claude_code",
+    # judge
+    "RUN_KINDS", "run_kind", "verdict_label",
     # the LLM seam
     "AnthropicLLM", "Usage", "LLMError", "PRICES", "DEFAULT_MODEL", "resolve_model",
     # judge and extractor
