@@ -955,7 +955,7 @@ def _run(argv) -> int:
     sys.stdout.flush()
     return code
 
-# %% ../nbs/13_cli.ipynb #bdae9a39
+# %% ../nbs/13_cli.ipynb #d964f84b
 def main(argv=None) -> int:
     """Run `procmem` with `argv` (default: the command line); return 0 ok, 1 problems or internal
     error, 2 usage error."""
@@ -966,7 +966,7 @@ def main(argv=None) -> int:
     except (UsageError, StoreError, MemoryValidationError) as e:
         _say("error", e)
         return 2
-    except LLMStop as e:
+    except (LLMStop, LLMError) as e:  # an LLM error that stopped the run: one line, not a traceback
         _say("error", e)
         return 1
     except sqlite3.DatabaseError as e:
