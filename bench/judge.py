@@ -10,16 +10,22 @@ Sources (each one is skipped, with the reason recorded, when its file is absent)
   100_questions_5_trials.txt, a fetched mirror): another agent on the same 100 questions, never tuned on;
   reported on the same question split.
 - tool, tau-bench historical trajectories gpt-4o-airline.json (sierra-research/tau-bench, MIT), reward 1.0 =
-  success: held out (no rule was tuned on it).
+  success: split BY TASK (sha1 of task_id, even = dev, odd = held out; the trials of one task stay on one side);
+  the tool rules' cut-offs were chosen on dev. Step budget 30 (tau-bench's default max_num_steps).
 - coding, mini-SWE-agent v1.15 with Gemini 3 Pro on SWE-bench Verified (gruckion/mini-swe-agent, MIT,
   swebench_results/20251118_gemini-3-pro-74pct: 500 .traj.json + results_summary.json `resolved`): held out.
-The two mirrors are bare git repositories brought by the `fetch` tool (read with `git show`); nothing of them
+- coding, Reflexion programming runs (noahshinn/reflexion programming_runs/root, MIT; `is_solved`): the
+  MBPP runs (Python, Rust) are dev, the HumanEval (Python, Rust) and LeetCodeHard runs are held-out sources.
+  The published files carry the final solution and the reflections, not the internal test results.
+For every source, `signals` lists the candidate signs tried (fired n times; share of labelled failures among
+them, against the source's base rate): what a rule could use, and why most were not used.
+The mirrors are bare git repositories brought by the `fetch` tool (read with `git show`); nothing of them
 is committed. Trajectories are read with procmem's own adapters, then `hide_outcome`.
 Metrics (procmem.judge.judge_agreement): coverage = share of runs decided (not abstained); accuracy and
 balanced accuracy among decided runs; false-success rate = labelled failures judged success / all labelled
 failures.
 """
-import argparse, hashlib, json, math, os, subprocess, sys, tempfile, time
+import argparse, hashlib, json, math, os, re, subprocess, sys, tempfile, time
 from collections import Counter
 from pathlib import Path
 
@@ -27,8 +33,8 @@ from _common import REPO, git_commit
 
 sys.path.insert(0, str(REPO))
 from procmem.agent_logs import from_minisweagent  # noqa: E402
-from procmem.ingest import read_trajectories  # noqa: E402
-from procmem.judge import judge_agreement, offline_judge  # noqa: E402
+from procmem.ingest import read_logs, read_trajectories  # noqa: E402
+from procmem.judge import _cut_off, _last_tests, _patch_of, _run_of, judge_agreement, offline_judge  # noqa: E402
 from procmem.research_logs import from_reflexion_log  # noqa: E402
 from procmem.trajectory import hide_outcome  # noqa: E402
 
@@ -36,10 +42,18 @@ HOTPOTQA = REPO.parent / "shared" / "data" / "reflexion" / "hotpotqa_react_refle
 TAU = ("sierra-research+tau-bench", "historical_trajectories/gpt-4o-airline.json")
 MSA = ("gruckion+mini-swe-agent", "swebench_results/20251118_gemini-3-pro-74pct")
 BASE = ("noahshinn+reflexion", "hotpotqa_runs/root/ReAct/base/100_questions_5_trials.txt")
+PROG = "programming_runs/root"
+PROG_DEV = ("reflexion_mbpp_py/mbpp-py._reflexion_5_gpt-4_pass_at_k_1_py.jsonl",
+            "reflexion_mbpp_rs/mbpp-rs._reflexion_5_gpt-4_pass_at_k_1_rs.jsonl")
+PROG_HELD = ("reflexion_humaneval_py_pass_at_1/reflexion_humaneval_py_pass_at_1.jsonl",
+             "reflexion_humaneval_rs_hard50/humaneval-rs._reflexion_5_gpt-4_pass_at_k_1_rs.jsonl",
+             "reflexion_leetcode_python3_gpt4/leetcode-hard-py-40-uncontaminated._reflexion_5_gpt-4_pass_at_k_1_py.jsonl")
+UNREADABLE = {}  # Reflexion programming file -> records procmem could not read (no code logged)
+STEP_BUDGET = {"qa": 6, "tool": 30}  # ReAct's configured limit; tau-bench's max_num_steps
 
 
 def question_split(task: str) -> str:
-    "'dev' or 'held out', by the question's text: retries of one question stay on one side."
+    "'dev' or 'held out', by the question's text (or a task id): retries of one question stay on one side."
     return "dev" if int(hashlib.sha1(task.encode()).hexdigest(), 16) % 2 == 0 else "held out"
 
 
@@ -92,7 +106,7 @@ def tau_runs(mirrors: Path):
         raise ValueError(f"procmem read {len(trajs)} of {len(records)} tau-bench runs")
     for t, r in zip(trajs, records):
         assert t.outcome and t.outcome["success"] == (r["reward"] > 0), (t.id, t.outcome)  # the adapter's label
-        yield "held out", hide_outcome(t), truth[(str(r["task_id"]), r["trial"])]
+        yield question_split(str(r["task_id"])), hide_outcome(t), truth[(str(r["task_id"]), r["trial"])]
 
 
 def msa_runs(mirrors: Path, limit: int | None = None):
@@ -107,16 +121,81 @@ def msa_runs(mirrors: Path, limit: int | None = None):
         yield "held out", hide_outcome(t), resolved[t.id]
 
 
+def programming_runs(mirrors: Path):
+    "(split, hidden trajectory, truth) for Reflexion programming runs, read by procmem's own reader."
+    mirror = mirrors / BASE[0] / "repo"
+    if not mirror.exists():
+        raise FileNotFoundError(f"{mirror} not found (fetch github:noahshinn/reflexion)")
+    for split, files in (("dev", PROG_DEV), ("held out", PROG_HELD)):
+        for f in files:
+            with tempfile.TemporaryDirectory() as tmp:
+                p = Path(tmp) / Path(f).name
+                p.write_bytes(_git_show(mirror, f"{PROG}/{f}"))
+                report = read_logs(p)  # a record with no code at all is reported and skipped, not judged
+            UNREADABLE[f] = len(report.files[0].skipped)
+            for t in report.trajectories:
+                yield split, hide_outcome(t), t.outcome["success"]
+
+
+_CANNOT = re.compile(r"\b(?:unable to|cannot|can't|not able to|unfortunately|not possible)\b", re.I)
+_WRITE = re.compile(r"^(?:book|cancel|update|send|modify|exchange|return)_")
+
+
+def _coding_signals(t, run) -> list:
+    "The candidate signs of a coding run's outcome (for the signals table)."
+    patch, n_err = _patch_of(run) or "", sum(1 for s in run.steps if s["error"])
+    out = [f"last test run: {_last_tests(run) or 'none seen'}"] if run.steps else []
+    if "reflections" in t.metadata:  # Reflexion reflects only after its own tests failed
+        k = len(t.metadata["reflections"])
+        out.append("Reflexion: no reflection (its own tests passed at once)" if k == 0 else
+                   "Reflexion: 4+ reflections (own tests failing until the last try)" if k >= 4 else
+                   "Reflexion: 1-3 reflections (own tests passed after retries)")
+    return out + [name for name, hit in (("≥ 60 steps", run.steps_total >= 60), ("patch ≥ 100 lines", len(patch.splitlines()) >= 100),
+                                         ("the patch adds a file", "\nnew file mode" in patch), ("≥ 5 failed commands", n_err >= 5)) if hit]
+
+
+def _tool_signals(t, run, budget) -> list:
+    "The candidate signs of a tool run's outcome (for the signals table)."
+    names = [s["name"] or "" for s in run.steps]
+    n_err = sum(1 for s in run.steps if s["error"])
+    said = [s["action"] for s in run.steps if s["name"] == "respond"]
+    last_obs = run.steps[-1]["observation"] if run.steps else ""
+    return [name for name, hit in (
+        ("handed off to a human", any("transfer" in n for n in names)), ("the agent's last message says it cannot / is unable",
+         bool(said) and bool(_CANNOT.search(said[-1]))), ("the user ended it (###STOP###)", "###STOP###" in last_obs),
+        ("≥ 1 failed tool call", n_err >= 1), ("≥ 3 failed tool calls", n_err >= 3),
+        ("≥ 80% of the step budget", bool(budget) and run.steps_total >= 0.8 * budget), ("cut off after a tool call", bool(_cut_off(run))),
+        ("made a change (book/cancel/update/send...)", any(_WRITE.match(n) for n in names))) if hit]
+
+
+def candidate_signals(kind: str, t, budget) -> list:
+    "Names of the candidate signals that fire on hidden trajectory `t` (none for QA: the notebook analyses those)."
+    run = _run_of(t)
+    return _coding_signals(t, run) if kind == "coding" else _tool_signals(t, run, budget) if kind == "tool" else []
+
+
+def signal_table(counts: Counter) -> list:
+    "Rows (split, signal, n, failures, failure share) from the counts of (split, signal, truth)."
+    rows = []
+    for split, name in sorted({(sp, nm) for sp, nm, _ in counts}):
+        ok, bad = counts[(split, name, True)], counts[(split, name, False)]
+        rows.append(dict(split=split, signal=name, n=ok + bad, failures=bad, failure_share=round(bad / (ok + bad), 3)))
+    return rows
+
+
 def _round(m: dict) -> dict:
     return {k: (None if isinstance(v, float) and math.isnan(v) else round(v, 3) if isinstance(v, float) else v) for k, v in m.items()}
 
 
-def evaluate(source: str, runs) -> list:
+def evaluate(source: str, runs, signals: dict) -> list:
     "One row per split of a source: its kinds, the agreement metrics, the reasons it abstained most."
-    by_split = {}
+    by_split, kind = {}, source.split(":")[0]
     for split, t, truth in runs:
-        j = offline_judge(t, step_budget=6 if source.startswith("qa") else None)  # ReAct's configured limit
+        j = offline_judge(t, step_budget=STEP_BUDGET.get(kind))
         by_split.setdefault(split, []).append((j, truth))
+        for name in candidate_signals(kind, t, STEP_BUDGET.get(kind)):
+            signals.setdefault(source, Counter())[(split, name, truth)] += 1
+        signals.setdefault(source, Counter())[(split, "(all runs: the base rate)", truth)] += 1
     rows = []
     for split, pairs in sorted(by_split.items()):
         js, ys = [j for j, _ in pairs], [y for _, y in pairs]
@@ -153,21 +232,28 @@ def main():
     sources = {"qa: Reflexion HotpotQA (ReAct + reflexion)": hotpotqa_runs,
                "qa: Reflexion HotpotQA (ReAct, no reflexion)": lambda: hotpotqa_base_runs(mirrors),
                "tool: tau-bench gpt-4o airline": lambda: tau_runs(mirrors),
-               "coding: mini-SWE-agent Gemini 3 Pro, SWE-bench Verified": lambda: msa_runs(mirrors, a.limit)}
+               "coding: mini-SWE-agent Gemini 3 Pro, SWE-bench Verified": lambda: msa_runs(mirrors, a.limit),
+               "coding: Reflexion programming (MBPP dev; HumanEval, LeetCodeHard held out)": lambda: programming_runs(mirrors)}
+    signals = {}
     for name, runs in sources.items():
         try:
-            rows += evaluate(name, runs())
+            rows += evaluate(name, runs(), signals)
         except (FileNotFoundError, subprocess.CalledProcessError) as e:
             skipped[name] = str(e)
             print(f"skipped {name}: {e}")
     held = [r for r in rows if r["split"] == "held out"]
     rows += [_pooled(rows, "all sources, all splits"), _pooled(held, "all sources, held out only")]
-    out = dict(commit=git_commit(), judge="offline-rules-v2", seconds=round(time.perf_counter() - t0, 1), rows=rows, skipped=skipped,
+    out = dict(commit=git_commit(), judge="offline-rules-v3", seconds=round(time.perf_counter() - t0, 1), rows=rows, skipped=skipped,
+               unreadable_records=UNREADABLE, signals={src: signal_table(c) for src, c in signals.items()},
                note="machine shared with other jobs (2 cores); timings indicative only")
     Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
     for r in rows:
         print(f"{r['source'][:52]:<52} {r['split']:<9} n={r['n']:<4} coverage={r['coverage']} accuracy={r['accuracy']} "
               f"balanced={r['balanced_accuracy']} false_success={r['false_success_rate']}")
+    for src, table in out["signals"].items():
+        print(f"signals, {src}:")
+        for r in table:
+            print(f"  {r['split']:<9} {r['signal'][:62]:<62} n={r['n']:<4} failures={r['failures']:<4} share={r['failure_share']}")
     print(f"wrote {a.out}")
 
 

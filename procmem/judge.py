@@ -28,7 +28,7 @@ __all__ = ['FAILURE_CLASSES', 'RUN_CAUSES', 'STAGE_CAUSES', 'EXTRINSIC_CAUSES', 
            'run_kind', 'offline_judge', 'ground_truth_judgment', 'JudgeVerdict', 'judge_prompt', 'verdict_judgment',
            'llm_judge', 'judge_trajectory', 'answer_in_observation_judge', 'judge_agreement']
 
-# %% ../nbs/09_judge.ipynb #dbc42434
+# %% ../nbs/09_judge.ipynb #e9cd9ede
 FAILURE_CLASSES = ("intrinsic", "adaptive", "extrinsic")
 RUN_CAUSES = (
     "timeout",
@@ -82,7 +82,7 @@ class Judgment:
     confidence: float  # 0..1, how sure the judge is (0 for an abstention)
     missing: list[str] = field(default_factory=list)  # what a successful run would still need
     failure_class: str | None = None  # None for successes and abstentions, else FAILURE_CLASSES
-    judge: str = "offline"  # who judged: "offline-rules-v2", "claude:<model>", "ground-truth"
+    judge: str = "offline"  # who judged: "offline-rules-v3", "claude:<model>", "ground-truth"
     evidence: list[str] = field(default_factory=list)  # short quotes for the verdict
     cause: str | None = None  # an extrinsic failure's cause, one of EXTRINSIC_CAUSES; else None
     kind: str | None = None  # the kind of run judged, one of RUN_KINDS (None: not known)
@@ -392,8 +392,8 @@ def harness_judgment(
     err = meta.get("agent_error") if isinstance(meta, Mapping) else None
     return stage_failure("agent", err, "harness") if isinstance(err, str) and err.strip() else None
 
-# %% ../nbs/09_judge.ipynb #a827f93b
-OFFLINE_JUDGE = "offline-rules-v2"
+# %% ../nbs/09_judge.ipynb #93b5abb2
+OFFLINE_JUDGE = "offline-rules-v3"
 _CLOSING_NAMES = frozenset(
     "finish submit done task_complete complete_task final_answer attempt_completion exit".split()
 )
@@ -709,7 +709,7 @@ def _doubts(run: _Run, ans: str, step_budget: int | None) -> tuple[list, list, l
         doubt(why, "a shorter, more direct path", strong=run.steps_total >= step_budget)
     return doubts, list(dict.fromkeys(missing)), evidence, support
 
-# %% ../nbs/09_judge.ipynb #b067e0f3
+# %% ../nbs/09_judge.ipynb #8982599f
 def _qa_support(run: _Run, ans: str, step_budget: int | None) -> list[str]:
     "The marks of a right answer a QA run shows (a success needs all four)."
     words, marks = _words(ans), []
@@ -727,34 +727,37 @@ def _qa_support(run: _Run, ans: str, step_budget: int | None) -> list[str]:
     return marks
 
 
+def _few_marks(doubts: list, marks: list) -> str:
+    "Why a QA run with a weak doubt and at most one mark of a right answer, or none, fails."
+    have = f"only 1 of the 4 marks of a right answer ({marks[0]})" if marks else (
+        "none of the 4 marks of a right answer (a checkable form, no setback, a direct path, a"
+        " short answer)"
+    )
+    return "; ".join([d for d, _ in doubts] + [have])
+
+
 def _qa_judgment(run: _Run, step_budget: int | None) -> Judgment:
-    """Question answering: fail on a hard rule or a strong doubt; succeed on all 4 marks; else
-    abstain."""
+    """Question answering: fail on a hard rule, a strong doubt, or no mark of a right answer;
+    succeed on all 4 marks; else abstain."""
     ans, cls = (run.answer or "").strip(), _failure_class(run)
     if stop := _stop_rule(run, ans, step_budget):
         why, missing, ev, cause = stop
         return _failure(why, 0.9, OFFLINE_JUDGE, missing, "extrinsic" if cause else cls, ev, cause)
     doubts, missing, evidence, support = _doubts(run, ans, step_budget)
-    evidence = evidence or [_quote(ans, 80)]
-    strong = [why for why, s in doubts if s]
-    if strong or len(doubts) >= 2:
+    evidence, marks = evidence or [_quote(ans, 80)], _qa_support(run, ans, step_budget)
+    if any(s for _, s in doubts) or len(doubts) >= 2:
         conf = min(0.5 + 0.1 * len(doubts), 0.8)
         why = "; ".join(why for why, _ in doubts)
         return _failure(why, conf, OFFLINE_JUDGE, missing, cls, evidence)
+    if len(marks) <= (1 if doubts else 0):  # a weak doubt and ≤ 1 mark, or no mark at all
+        return _failure(_few_marks(doubts, marks), 0.6, OFFLINE_JUDGE, missing, cls, evidence)
     if doubts:
-        return _abstain(
-            f"one weak doubt, not enough to fail the run: {doubts[0][0]}",
-            OFFLINE_JUDGE,
-            "qa",
-            evidence,
-        )
-    marks = _qa_support(run, ans, step_budget)
+        why = f"one weak doubt, not enough to fail the run: {doubts[0][0]}"
+        return _abstain(why, OFFLINE_JUDGE, "qa", evidence)
     if len(marks) == 4:
         why = f"{support}; {'; '.join(marks)}"
         return Judgment(True, why, 0.7, [], None, OFFLINE_JUDGE, evidence)
-    why = f"{support}, but only {len(marks)} of the 4 marks of a right answer" + (
-        f" ({'; '.join(marks)})" if marks else ""
-    )
+    why = f"{support}, but only {len(marks)} of the 4 marks of a right answer ({'; '.join(marks)})"
     return _abstain(why, OFFLINE_JUDGE, "qa", evidence)
 
 # %% ../nbs/09_judge.ipynb #9435acb9
@@ -936,7 +939,45 @@ def _coding_judgment(run: _Run) -> Judgment:
     )
     return _abstain(why, OFFLINE_JUDGE, "coding", ev + ([said[tests]] if tests else []))
 
-# %% ../nbs/09_judge.ipynb #ff7a18a7
+# %% ../nbs/09_judge.ipynb #17c41396
+_MESSAGE_NAMES = frozenset("respond reply send_message message say".split())
+_HANDOFF = re.compile(r"transfer|escalat|hand_?off|human", re.I)
+_TOOL_ERRORS = 3  # failed tool calls that fail a run (chosen on tau-bench's dev tasks)
+
+
+def _cut_off(run: _Run) -> str | None:
+    """The last call, when the run stopped right after a tool call it never reported on (it did
+    talk before: message steps); else None."""
+    said = [s for s in run.steps if (s["name"] or "") in _MESSAGE_NAMES]
+    if not said or run.steps[-1] is said[-1] or not run.steps[-1]["name"]:
+        return None
+    name = run.steps[-1]["name"]
+    if name.casefold() in _CLOSING_NAMES or _HANDOFF.search(name):
+        return None  # an ending of its own: a closing call, a hand-off to a human
+    return _quote(run.steps[-1]["action"], 100)
+
+
+def _tool_failure(run: _Run, step_budget: int | None) -> tuple | None:
+    """(why, confidence, what is missing, evidence) when a tool run shows its own failure: out of
+    steps, cut off, failing calls; else None."""
+    n = run.steps_total
+    if step_budget and n >= 0.8 * step_budget:
+        whole = n >= step_budget
+        used = "its whole" if whole else "most of its"
+        why = f"the run used {used} step budget ({n}/{step_budget})"
+        ev = [_quote(run.steps[-1]["action"], 100)]
+        return why, 0.8 if whole else 0.6, "a run that finishes within its step budget", ev
+    if last := _cut_off(run):
+        why = "the run stopped right after a tool call, before reporting its result (cut off)"
+        return why, 0.7, "a run that reports the result of its last call", [last]
+    errs = [s for s in run.steps if s["error"]]
+    if len(errs) >= _TOOL_ERRORS:
+        why = f"{len(errs)} of its {n} tool calls failed: the agent kept misusing its tools"
+        ev = [_quote(s["error"], 100) for s in errs[:3]]
+        return why, 0.6, "tool calls that the tools accept", ev
+    return None
+
+# %% ../nbs/09_judge.ipynb #f6a4c893
 _ENV_SUCCESS = re.compile(
     r"\b(?:task (?:completed|complete|solved|accomplished) successfully|you (?:won|win|succeeded)"
     r"|episode (?:succeeded|success)|goal (?:reached|achieved))\b",
@@ -961,23 +1002,28 @@ def _env_signal(run: _Run) -> tuple[bool, str] | None:
     return None
 
 
-def _agent_judgment(run: _Run, kind: str) -> Judgment:
-    "A tool or conversation run: only the environment's own signal decides; else abstain."
-    if sig := _env_signal(run):
-        ok, quote = sig
-        if ok:
-            return Judgment(
-                True, "the environment reported success", 0.8, [], None, OFFLINE_JUDGE, [quote]
-            )
-        cls = _failure_class(run)
-        return _failure(
-            "the environment reported failure",
-            0.8,
-            OFFLINE_JUDGE,
-            ["the task's goal"],
-            cls,
-            [quote],
-        )
+def _env_judgment(run: _Run) -> Judgment | None:
+    "The verdict of the environment's own signal in the run's last observation, else None."
+    if (sig := _env_signal(run)) is None:
+        return None
+    ok, quote = sig
+    if ok:
+        why = "the environment reported success"
+        return Judgment(True, why, 0.8, [], None, OFFLINE_JUDGE, [quote])
+    cls = _failure_class(run)
+    return _failure(
+        "the environment reported failure", 0.8, OFFLINE_JUDGE, ["the task's goal"], cls, [quote]
+    )
+
+
+def _agent_judgment(run: _Run, kind: str, step_budget: int | None = None) -> Judgment:
+    """A tool or conversation run: the environment's own signal, then the run's own signs of
+    failure; else abstain."""
+    if (env := _env_judgment(run)) is not None:
+        return env
+    if fail := _tool_failure(run, step_budget):
+        why, conf, need, ev = fail
+        return _failure(why, conf, OFFLINE_JUDGE, [need], _failure_class(run), ev)
     closing = _closing_call(run)
     what = (
         "a closing call"
@@ -985,17 +1031,17 @@ def _agent_judgment(run: _Run, kind: str) -> Judgment:
         else "a final message" if (run.answer or "").strip() else "no final message"
     )
     why = (
-        f"a {kind} run that ended with {what} and no error: whether it met the goal is the"
-        " environment's to say (no outcome signal in the run)"
+        f"a {kind} run that ended with {what} and no sign of failure: whether it met the goal is"
+        " the environment's to say (no outcome signal in the run)"
     )
     return _abstain(why, OFFLINE_JUDGE, kind, [closing] if closing else [])
 
-# %% ../nbs/09_judge.ipynb #ae07de15
+# %% ../nbs/09_judge.ipynb #4bff3954
 def offline_judge(
     trajectory,  # a `Trajectory` (best: all steps and thoughts), an artifact, or a generic dict
     step_budget: int | None = None,  # the agent's step limit, if known: enables the budget rules
 ) -> Judgment:
-    "The rule-based offline judge (`offline-rules-v2`): the rules of the run's kind, else abstain."
+    "The rule-based offline judge (`offline-rules-v3`): the rules of the run's kind, else abstain."
     run = _run_of(trajectory)
     kind = _kind_of(run)
     if kind == "qa":
@@ -1007,7 +1053,7 @@ def offline_judge(
     elif kind == "coding":
         j = _coding_judgment(run)
     elif kind in ("tool", "conversation"):
-        j = _agent_judgment(run, kind)
+        j = _agent_judgment(run, kind, step_budget)
     else:
         j = _abstain("nothing to judge: no steps and no answer", OFFLINE_JUDGE, kind)
     j.kind = kind

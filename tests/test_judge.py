@@ -262,7 +262,7 @@ def test_the_judge_never_sees_labels():
     if not REFLEXION_LOG.exists(): pytest.skip(f"shared data file not found: {REFLEXION_LOG}")
     t = from_reflexion_log(REFLEXION_LOG)[0]
     h = hide_outcome(t)
-    assert judge_trajectory(h).judge == "offline-rules-v2"  # not ground-truth
+    assert judge_trajectory(h).judge == "offline-rules-v3"  # not ground-truth
     assert judge_trajectory(t).judge == "ground-truth"
 
 
