@@ -6,7 +6,7 @@ access when they were written; each file says so in its `hand_written` field) an
 guard on socket.connect fails any connection that is not to the loopback.
 Real replies: ANTHROPIC_API_KEY=<real key> PROCMEM_RECORD=1 pytest tests/test_llm.py (after deleting
 the files to replace; see tests/fixtures/llm/write_recordings.py)."""
-import json, os, socket, subprocess, sys, threading, time, warnings
+import json, os, socket, subprocess, sys, threading, time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
@@ -334,15 +334,11 @@ def test_the_runtime_module_imports_no_server():
     assert out.strip() == "[]"
 
 
-def test_old_import_path_still_resolves_with_a_warning():
+def test_the_moved_names_are_only_in_procmem_testing():
     import procmem.llm, procmem.testing
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        from procmem.llm import fake_anthropic as old
-    assert old is procmem.testing.fake_anthropic
-    assert any("moved to procmem.testing.fake_anthropic" in str(w.message) for w in caught)
-    with pytest.raises(AttributeError, match="no attribute 'FakeServer'"):
-        procmem.llm.FakeServer
+    for name in ("FakeAnthropic", "fake_anthropic", "MissingRecording", "MISSING_RECORDING_ERROR", "DUMMY_API_KEY", "RECORD_ENV",
+                 "HANDWRITTEN_NOTE", "keyed_request", "request_key", "recording_path", "write_recording"):
+        assert hasattr(procmem.testing, name) and not hasattr(procmem.llm, name), name
 
 
 def test_record_mode_saves_what_the_upstream_answers(tmp_path):
