@@ -11,7 +11,7 @@ import pytest
 
 from procmem.agent_logs import from_minisweagent, from_openhands, from_sweagent, from_taubench
 from procmem.ingest import detect_trajectory_format, read_logs
-from procmem.trajectory import LOG_FORMATS, LogKeys, RecordError, Trajectory, hide_outcome
+from procmem.trajectory import LOG_FORMATS, LogKeys, RecordError, Trajectory, hide_outcome, label_outcome
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "trajectories"
 MSWEA, SWEA, OH, TAU = (FIX / d for d in ("mini-swe-agent", "swe-agent", "openhands", "tau-bench"))
@@ -68,8 +68,9 @@ def test_minisweagent_v2_tool_calls_real_file():
     obs = [json.loads(m["content"])["output"] for m in raw["messages"] if m["role"] == "tool"]
     assert [s.observation for s in t.steps] == obs  # the JSON bodies decoded
     assert t.steps[0].error.startswith("returncode 1: cat: ") and [s.error is None for s in t.steps[1:]] == [True] * 4
-    assert t.answer is None
-    assert t.outcome == {"success": False, "label_key": "info.exit_status", "label": "LimitsExceeded"}
+    assert t.answer is None and t.metadata["exit_status"] == "LimitsExceeded"
+    # the status is read through the one label mapping (today it states nothing: no outcome)
+    assert t.outcome == label_outcome("LimitsExceeded", "info.exit_status")
 
 
 def test_minisweagent_responses_api_items():
