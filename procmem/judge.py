@@ -729,9 +729,13 @@ def _qa_support(run: _Run, ans: str, step_budget: int | None) -> list[str]:
 
 def _few_marks(doubts: list, marks: list) -> str:
     "Why a QA run with a weak doubt and at most one mark of a right answer, or none, fails."
-    have = f"only 1 of the 4 marks of a right answer ({marks[0]})" if marks else (
-        "none of the 4 marks of a right answer (a checkable form, no setback, a direct path, a"
-        " short answer)"
+    have = (
+        f"only 1 of the 4 marks of a right answer ({marks[0]})"
+        if marks
+        else (
+            "none of the 4 marks of a right answer (a checkable form, no setback, a direct path, a"
+            " short answer)"
+        )
     )
     return "; ".join([d for d, _ in doubts] + [have])
 
@@ -939,7 +943,7 @@ def _coding_judgment(run: _Run) -> Judgment:
     )
     return _abstain(why, OFFLINE_JUDGE, "coding", ev + ([said[tests]] if tests else []))
 
-# %% ../nbs/09_judge.ipynb #17c41396
+# %% ../nbs/09_judge.ipynb #5a8fb237
 _MESSAGE_NAMES = frozenset("respond reply send_message message say".split())
 _HANDOFF = re.compile(r"transfer|escalat|hand_?off|human", re.I)
 _TOOL_ERRORS = 3  # failed tool calls that fail a run (chosen on tau-bench's dev tasks)
@@ -972,7 +976,7 @@ def _tool_failure(run: _Run, step_budget: int | None) -> tuple | None:
         return why, 0.7, "a run that reports the result of its last call", [last]
     errs = [s for s in run.steps if s["error"]]
     if len(errs) >= _TOOL_ERRORS:
-        why = f"{len(errs)} of its {n} tool calls failed: the agent kept misusing its tools"
+        why = f"{len(errs)} of its {n} steps were tool calls that failed"
         ev = [_quote(s["error"], 100) for s in errs[:3]]
         return why, 0.6, "tool calls that the tools accept", ev
     return None

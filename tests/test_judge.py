@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from procmem.judge import (CONFIDENCE_SCORES, FAILURE_CLASSES, JUDGE_SYSTEM, RUN_KINDS, JudgeVerdict, Judgment, answer_in_observation_judge,
                            attributable, extrinsic_cause, judge_agreement, judge_prompt, judge_trajectory, offline_judge, run_kind,
                            verdict_judgment, verdict_label)
-from procmem.ingest import read_trajectories
+from procmem.ingest import read_logs, read_trajectories
 from procmem.llm import DEFAULT_MODEL, LLMError
 from procmem.testing import DUMMY_API_KEY, MissingRecording, fake_anthropic, write_recording
 from procmem.trajectory import Step, Trajectory, extract_trajectory_artifact, hide_outcome
@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "llm" / "judge"
 REFLEXION_LOG = ROOT.parent / "shared" / "data" / "reflexion" / "hotpotqa_react_reflexion_100q_5trials.txt"
 TRAJS = ROOT / "tests" / "fixtures" / "trajectories"
+JUDGE_RUNS = ROOT / "tests" / "fixtures" / "judge_runs"  # real runs on which the judge's rules decide
 
 # The judged trajectories: must stay identical to JUDGE_CASES in nbs/09_judge.ipynb (the prompt is the recording key).
 STEPS_OK = [Step("search_entity('Animal')", "[{'uri': 'ex:Animal', 'label': 'Animal'}]", "Find the class first."),
@@ -253,7 +254,7 @@ def test_offline_judge_meets_the_targets_on_held_out_questions():
     ours = judge_agreement([judge_trajectory(h, step_budget=6) for h in hidden], truth)
     base = judge_agreement([answer_in_observation_judge(h) for h in hidden], truth)
     assert ours["false_success_rate"] <= 0.10 and ours["accuracy"] >= 0.75 and ours["balanced_accuracy"] >= 0.70, ours
-    assert ours["coverage"] >= 0.40, ours
+    assert ours["coverage"] >= 0.50, ours  # offline-rules-v3 (v2: 0.47)
     assert ours["false_success_rate"] <= base["false_success_rate"] - 0.3, (ours, base)
 
 
@@ -352,3 +353,54 @@ def test_a_closing_call_is_not_a_missing_answer():
     assert (j.is_success, j.kind) == (None, "coding") and "no final answer" not in j.reason, j
     j = offline_judge(Trajectory("Fix the bug", submit, None, metadata={"exit_status": "submitted", "submission": ""}))
     assert (j.is_success, j.reason) == (False, "the run submitted an empty patch")
+
+
+def test_qa_failure_rules_of_v3_on_held_out_questions():
+    "The v3 QA failures (a weak doubt with <= 1 mark of a right answer, or no mark at all), chosen on dev questions, on held-out ones."
+    if not REFLEXION_LOG.exists(): pytest.skip(f"shared data file not found: {REFLEXION_LOG}")
+    held = [t for t in from_reflexion_log(REFLEXION_LOG) if question_split(t.task) == "held out" and "relisted_from_trial" not in t.metadata]
+    pairs = [(offline_judge(hide_outcome(t), step_budget=6), t.outcome["success"]) for t in held]
+    v3 = [(j, y) for j, y in pairs if j.is_success is False and "of the 4 marks of a right answer" in j.reason]
+    assert len(v3) >= 5, len(v3)  # it does decide runs that v2 left undecided
+    assert sum(not y for _, y in v3) / len(v3) >= 0.75, [(j.reason, y) for j, y in v3]
+    assert all(j.confidence == 0.6 and j.failure_class in ("intrinsic", "adaptive") for j, _ in v3)
+
+
+def test_tool_runs_fail_on_their_own_signs_real_tau_bench():
+    "Three real failed tau-bench runs (reward hidden): out of steps (only with the budget), failed tool calls, cut off."
+    (budget, errs), (cut,) = (read_trajectories(JUDGE_RUNS / "tau-bench" / f)
+                              for f in ("gpt-4o-airline_budget_and_errors.json", "gpt-4o-airline_cut_off.json"))
+    assert [t.outcome["success"] for t in (budget, errs, cut)] == [False] * 3 and [t.id for t in (budget, errs, cut)] == ["9#3", "13#3", "33#0"]
+    h = hide_outcome(budget)
+    assert offline_judge(h).is_success is None  # without the budget, nothing in the run says it failed
+    j = offline_judge(h, step_budget=30)  # tau-bench's default max_num_steps
+    assert (j.is_success, j.kind, j.reason, j.confidence) == (False, "tool", "the run used its whole step budget (30/30)", 0.8), j
+    assert offline_judge(h, step_budget=40).is_success is None  # 30 steps of 40: under 80%
+    assert offline_judge(h, step_budget=37).reason == "the run used most of its step budget (30/37)"
+    j = offline_judge(hide_outcome(errs))
+    assert (j.is_success, j.reason, j.confidence) == (False, "3 of its 14 steps were tool calls that failed", 0.6), j
+    assert j.evidence[0].startswith("Error: flight HAT030 not available") and attributable(j)
+    j = offline_judge(hide_outcome(cut))
+    assert (j.is_success, j.confidence) == (False, 0.7) and j.reason.endswith("(cut off)"), j
+    assert j.evidence == ['search_direct_flight({"origin": "ORD", "destination": "PHL", "date": "2024-05-10"})']
+
+
+def test_a_hand_off_to_a_human_is_not_a_failure():
+    "tau-bench: 35 of the 48 runs that transferred to a human succeeded (the policy asks for it); the two in the excerpt did."
+    pairs = _judged(TRAJS / "tau-bench" / "gpt-4o-airline_excerpt.json", step_budget=30)
+    handoffs = [(t, j) for t, j in pairs if t.steps[-1].name == "transfer_to_human_agents"]
+    assert [(t.id, t.outcome["success"], j.is_success) for t, j in handoffs] == [("38#2", True, None), ("48#1", True, None)]
+    steps = [Step('respond({"content": "I will transfer you."})', "ok", name="respond"), Step("escalate_to_agent({})", "queued", name="escalate_to_agent")]
+    assert offline_judge(Trajectory("Refund me", steps, None)).is_success is None  # a hand-off ends a run; it is not a cut-off
+    steps[1] = Step('get_order({"id": 7})', '{"status": "shipped"}', name="get_order")
+    assert "cut off" in offline_judge(Trajectory("Refund me", steps, None)).reason  # a lookup nobody was told about
+
+
+def test_reflexion_programming_runs_are_not_decided():
+    "Real Reflexion programming runs (is_solved hidden) carry no test result: coding runs, never decided (no false success)."
+    runs = [t for f in ("humaneval-rs._reflexion_5_gpt-4_pass_at_k_1_rs.excerpt.jsonl", "reflexion_humaneval_py_pass_at_1.excerpt.jsonl")
+            for t in read_logs(TRAJS / "reflexion" / f).trajectories]
+    assert len(runs) >= 4 and {t.outcome["success"] for t in runs} == {True, False}
+    judged = [offline_judge(hide_outcome(t)) for t in runs]
+    assert {(j.kind, j.is_success) for j in judged} == {("coding", None)}
+    assert all("no test run seen" in j.reason for j in judged)
