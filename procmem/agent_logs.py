@@ -434,7 +434,31 @@ def _sweagent_step(item, i: int, calls: list) -> Step:
         name, args = action.split(None, 1)[0], {"command": action}
     return Step(action, _as_text(item.get("observation")), thought, name=name, args=args)
 
-# %% ../nbs/07b_agent_logs.ipynb #2554e4cf
+# %% ../nbs/07b_agent_logs.ipynb #e56310f9
+def _history_items(history: list) -> list:
+    "`trajectory` items rebuilt from a history: each action and the message that answered it."
+    items = []
+    for m in history:
+        role = _get(m, "role")
+        if role == "assistant" and isinstance(_get(m, "action"), str):
+            thought = _get(m, "thought") or _get(m, "content")
+            items.append({"action": _get(m, "action"), "thought": thought, "observation": None})
+        elif role in ("tool", "user") and items and items[-1]["observation"] is None:
+            items[-1]["observation"] = _content_text(_get(m, "content"))
+    return items
+
+
+def _sweagent_items(d) -> list:
+    "The executed steps of a run: its `trajectory`, else rebuilt from its `history`."
+    if isinstance(d, Mapping) and isinstance(d.get("trajectory"), list):
+        return d["trajectory"]
+    if isinstance(d, Mapping) and isinstance(d.get("history"), list):
+        return _history_items(d["history"])
+    raise TrajectoryError(
+        "SWE-agent trajectory: expected a dict with a 'trajectory' or 'history' list"
+    )
+
+# %% ../nbs/07b_agent_logs.ipynb #279763fc
 def from_sweagent(
     path_or_dict,  # a `.traj` path or its parsed dict
     *,
@@ -443,14 +467,12 @@ def from_sweagent(
 ) -> Trajectory:
     "A `Trajectory` from a SWE-agent `.traj`: one step per executed action."
     d = _read_json(path_or_dict) if isinstance(path_or_dict, (str, Path)) else path_or_dict
-    if not (isinstance(d, Mapping) and isinstance(d.get("trajectory"), list)):
-        raise TrajectoryError(f"SWE-agent trajectory: expected a dict with a 'trajectory' list")
+    items = _sweagent_items(d)
     info = d.get("info") if isinstance(d.get("info"), Mapping) else {}
     calls = _sweagent_calls(d.get("history"))
-    steps = [_sweagent_step(item, i, calls) for i, item in enumerate(d["trajectory"])]
-    sub, tid = info.get("submission"), id or _record_id(_replay_problem(d), d, info) or _stable_id(
-        d
-    )
+    steps = [_sweagent_step(item, i, calls) for i, item in enumerate(items)]
+    sub = info.get("submission")
+    tid = id or _record_id(_replay_problem(d), d, info) or _stable_id(d)
     meta = {k: _jsonable(v) for k, v in info.items() if k != "submission"}
     meta.update(extra_keys(d, {"trajectory", "history", "info"}))
     return Trajectory(
@@ -463,11 +485,18 @@ def from_sweagent(
         metadata={"format": "swe-agent", **meta},
     )
 
-# %% ../nbs/07b_agent_logs.ipynb #35e86ba1
+# %% ../nbs/07b_agent_logs.ipynb #0ac67f5e
 def _is_sweagent(data) -> bool:
-    "Whether a parsed JSON document is a SWE-agent trajectory."
-    if not (isinstance(data, Mapping) and isinstance(data.get("trajectory"), list)):
+    """Whether a parsed JSON document is a SWE-agent trajectory (or a demonstration: a history whose
+    assistant messages carry an `action`)."""
+    if not isinstance(data, Mapping):
         return False
+    if not isinstance(data.get("trajectory"), list):
+        hist = data.get("history") if "messages" not in data else None
+        return isinstance(hist, list) and any(
+            isinstance(m, Mapping) and m.get("role") == "assistant" and "action" in m
+            for m in hist[:20]
+        )
     head = data["trajectory"][:1]
     return ("history" in data or "info" in data) and all(
         isinstance(x, Mapping) and "action" in x for x in head

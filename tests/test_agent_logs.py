@@ -141,6 +141,18 @@ def test_sweagent_old_traj_skips_the_demonstration():
     assert [s.name for s in t.steps] == ["find_file", "open", "edit", "python", "submit"]
 
 
+def test_sweagent_demonstration_has_only_a_history():
+    p = SWEA / "function_calling_simple.traj"
+    raw = load(p)
+    assert list(raw) == ["history"]
+    (t,) = only(rep := read_logs(p)) and rep.trajectories
+    assert t.metadata["format"] == "swe-agent"
+    actions = [m["action"] for m in raw["history"] if m["role"] == "assistant"]
+    assert [s.action for s in t.steps] == [a.strip() for a in actions]
+    assert [s.name for s in t.steps] == ["find_file", "open", "edit", "bash", "submit"]
+    assert t.steps[3].observation.startswith("8.2") and t.answer is None
+
+
 def test_sweagent_labels_ids_and_bad_records():
     raw = load(SWEA / "swe-agent__test-repo-i1.traj")
     resolved = {**raw, "instance_id": "x__y-1", "resolved": True}
