@@ -307,11 +307,14 @@ class _ReflexionParse:
     agent: dict | None = None  # the agent being read (None between agents)
     target: tuple | None = None  # where a continuation line goes: question, reflections, a step
 
-# %% ../nbs/07c_research_logs.ipynb #4493a6c9
+# %% ../nbs/07c_research_logs.ipynb #59a76b22
 @patch
-def _skip(self: _ReflexionParse, n: int, reason: str):
-    "Reports line `n` (an agent's `Question:` line, or a stray line) as a record not read."
-    self.out.append(RecordError(n, reason))
+def _skip(self: _ReflexionParse, n: int, reason: str, expected: bool = False):
+    """Reports line `n` (an agent's `Question:` line, or a stray line) as a record not read;
+    `expected` marks a listing skipped by design (no run lost), which `--strict` tolerates."""
+    e = RecordError(n, reason)
+    e.expected = expected  # ingest reads it with getattr (a field of RecordError or not)
+    self.out.append(e)
 
 # %% ../nbs/07c_research_logs.ipynb #407fd535
 @patch
@@ -383,7 +386,7 @@ def _react(self: _ReflexionParse, kind: str, text: str):
     steps[-1][kind.lower()] = text
     self.target = ("step", kind.lower())
 
-# %% ../nbs/07c_research_logs.ipynb #bb4bb61c
+# %% ../nbs/07c_research_logs.ipynb #c92b760a
 @patch
 def _end_agent(self: _ReflexionParse, gold: str | None):
     """Closes the agent (at its `Correct answer:` line): counted for its section, then read as a
@@ -399,7 +402,8 @@ def _end_agent(self: _ReflexionParse, gold: str | None):
     elif first and not self.keep_relisted:
         why = f"solved in trial {first}: listed again with that trial's steps (read once)"
     if why:
-        self._skip(agent["line"], why)
+        expected = twice or bool(first) or why.startswith("solved in an earlier trial")
+        self._skip(agent["line"], why, expected)
     else:
         t = _reflexion_agent(agent, self.trial, section, self.seen)
         t.metadata.update({"relisted_from_trial": first} if first else {})
@@ -531,7 +535,7 @@ def _text_list(r: Mapping, key: str) -> list:
         raise TrajectoryError(f"{key}: expected a list of strings, got {_short(repr(v), 60)}")
     return v
 
-# %% ../nbs/07c_research_logs.ipynb #7202982c
+# %% ../nbs/07c_research_logs.ipynb #a9258984
 def _programming_steps(r: Mapping) -> list[Step]:
     """One step per implementation (test feedback as observation, the reflection before it as
     thought); else one step with the final `solution`."""
@@ -545,11 +549,17 @@ def _programming_steps(r: Mapping) -> list[Step]:
             if code.strip()
         ]
     sol = r.get("solution")
-    if not isinstance(sol, str) or not sol.strip():
-        raise TrajectoryError("no implementations and an empty solution: the run logged no code")
+    if sol is not None and not isinstance(sol, str):
+        raise TrajectoryError(f"solution: expected the code as a string, got {type(sol).__name__}")
+    if not (sol or "").strip():
+        if r.get("is_solved") is not False:
+            raise TrajectoryError(
+                "solved, but the run logged no code (no implementations, no solution)"
+            )
+        return []  # a failed run that logged no code: it is known to have failed, not how
     return [Step(sol, "", refl[-1] if refl else "")]
 
-# %% ../nbs/07c_research_logs.ipynb #7c87f9b6
+# %% ../nbs/07c_research_logs.ipynb #7d0e5b81
 _PROGRAMMING_KEYS = (
     "task_id",
     "name",
@@ -567,17 +577,11 @@ def _programming_run(r: Mapping) -> Trajectory:
     tid = r.get("task_id") or r.get("name")
     meta = dict(format="reflexion_programming", reflections=_text_list(r, "reflections"))
     meta.update(extra_keys(r, _PROGRAMMING_KEYS))
+    steps = _programming_steps(r)
+    meta.update({} if steps else {"no_code_logged": True})
     outcome = label_outcome(r["is_solved"], "is_solved")
     kw = {"id": _as_text(tid)} if tid else {}
-    return Trajectory(
-        r["prompt"],
-        _programming_steps(r),
-        None,
-        outcome=outcome,
-        source="tool",
-        metadata=meta,
-        **kw
-    )
+    return Trajectory(r["prompt"], steps, None, outcome=outcome, source="tool", metadata=meta, **kw)
 
 # %% ../nbs/07c_research_logs.ipynb #d7cf3c8d
 def _read_reflexion_programming(
