@@ -264,3 +264,46 @@ def test_formats_do_not_claim_each_others_files():
     claims = {p.name: [n for n in mine if LOG_FORMATS[n].detect(load(p))] for p in files}
     assert claims.pop("openai_chat.json") == [] and claims.pop("anthropic_transcript.json") == []
     assert all(len(v) == 1 for v in claims.values()), claims
+
+
+def _paths(x, path=()):
+    "Every path (tuple of keys and indices) into a JSON value."
+    yield path
+    items = x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, list) else ()
+    for k, v in items:
+        yield from _paths(v, path + (k,))
+
+
+def test_damaged_real_files_never_raise_from_detect_or_read():
+    """Contract of a LogFormat: detect never raises and answers a bool; read yields only Trajectory or
+    RecordError. Checked on 100 seeded damaged copies of each real fixture (3 values each replaced by
+    junk of the wrong type, or deleted)."""
+    import random
+
+    junk = [None, 0, -1, 1.5, True, "", "x", [], {}, [1], {"a": None}, "```mswea_bash_command\nls\n```", Ellipsis]
+    mine = ("mini-swe-agent", "swe-agent", "openhands", "tau-bench")
+    rng, reads = random.Random(7), 0
+    for p in [p for d in (MSWEA, SWEA, OH, TAU) for p in sorted(d.iterdir()) if p.suffix in (".json", ".traj")]:
+        data = load(p)
+        paths = [q for q in _paths(data) if q]
+        for _ in range(100):
+            d = copy.deepcopy(data)
+            for q in rng.sample(paths, 3):
+                try:
+                    parent = d
+                    for k in q[:-1]:
+                        parent = parent[k]
+                    v = rng.choice(junk)
+                    if v is Ellipsis:
+                        del parent[q[-1]]
+                    else:
+                        parent[q[-1]] = v
+                except (KeyError, IndexError, TypeError):
+                    pass  # an earlier change removed this path
+            for name in mine:
+                ok = LOG_FORMATS[name].detect(d)
+                assert isinstance(ok, bool), (p.name, name)
+                if ok:
+                    reads += 1
+                    assert all(isinstance(x, (Trajectory, RecordError)) for x in LOG_FORMATS[name].read(d, LogKeys()))
+    assert reads > 900  # most damaged copies are still recognised, so read really ran
