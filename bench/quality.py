@@ -463,8 +463,26 @@ def learn_runs(runs) -> tuple[MemoryStore, dict]:
 
 
 def _returned(store, task: str, floor) -> set:
+    "Ids `retrieve_memories(k=3)` returns (floor None: the default; 'words': without the form fallback)."
+    if floor == "words":  # what the words alone clear at the default floor (issue 6's retrieval)
+        from procmem.retrieval import _relevant_hits
+        hits = store.search(task, DEFAULT_CANDIDATES)
+        return {m.id for m, _ in _relevant_hits(store, hits, task, 3, DEFAULT_MIN_RELEVANCE)}
     kw = {} if floor is None else {"min_relevance": floor}
     return {m.id for m in retrieve_memories(store, task, k=3, record=False, **kw)}
+
+
+def unrelated_queries(domain: str, per_source: int = 100, seed: int = 0) -> dict[str, list[str]]:
+    """Queries no memory of `domain`'s store should answer, by source: the other domain's tasks
+    (WebArena intents for Reflexion, HotpotQA questions for WebArena) and the public requests and
+    texts of `long_tasks.unrelated_texts` (AgentDojo, ASB, Spikee, BIPIA, docstrings), at most
+    `per_source` each, first 300 characters."""
+    rnd = random.Random(seed)
+    texts = unrelated_texts(DATA)
+    other = ([t["intent"] for t in load_tasks()] if domain == "reflexion" else texts["hotpotqa"])
+    out = {"WebArena intents" if domain == "reflexion" else "HotpotQA questions": other}
+    out |= {src: ts for src, ts in texts.items() if src != "hotpotqa"}
+    return {src: [t[:300] for t in rnd.sample(ts, min(per_source, len(ts)))] for src, ts in out.items()}
 
 
 def _chance(n_rel: int, n: int, k: int = 3) -> float:
@@ -472,11 +490,13 @@ def _chance(n_rel: int, n: int, k: int = 3) -> float:
     return 1 - math.comb(n - n_rel, k) / math.comb(n, k) if n >= k else float(n_rel > 0)
 
 
-def fold_rows(runs, family, learn_q: set, query_q: set) -> tuple[list, list, dict]:
-    "(own-task rows, sibling rows, store stats) of one fold: learn runs of `learn_q`, query `query_q`."
+def fold_rows(runs, family, learn_q: set, query_q: set, unrelated: dict | None = None) -> tuple:
+    """(own-task rows, sibling rows, store stats, unrelated rows) of one fold: learn runs of `learn_q`,
+    query `query_q`, and the `unrelated` queries (source -> texts; success: nothing returned)."""
     store, stored = learn_runs([t for t in runs if t.task in learn_q])
     n_mem = len(list(store))
     own = [dict(run=t.id, floor=bool(_returned(store, t.task, None) & stored[t.id]),
+                words=bool(_returned(store, t.task, "words") & stored[t.id]),
                 top3=bool(_returned(store, t.task, 0) & stored[t.id]))
            for t in runs if stored.get(t.id)]
     by_fam = defaultdict(set)
@@ -488,10 +508,13 @@ def fold_rows(runs, family, learn_q: set, query_q: set) -> tuple[list, list, dic
         rel = by_fam.get(family(q)) if family(q) else None
         if rel:
             sib.append(dict(question=q, family=family(q), floor=bool(_returned(store, q, None) & rel),
+                            words=bool(_returned(store, q, "words") & rel),
                             top3=bool(_returned(store, q, 0) & rel), chance=_chance(len(rel), n_mem)))
     stats = dict(learned_runs=sum(t.task in learn_q for t in runs), runs_storing=len(own), memories=n_mem)
+    unrel = [dict(source=src, floor=not _returned(store, q, None), words=not _returned(store, q, "words"))
+             for src, qs in (unrelated or {}).items() for q in qs]
     store.close()
-    return own, sib, stats
+    return own, sib, stats, unrel
 
 
 def reflexion_learned() -> dict:
@@ -501,13 +524,15 @@ def reflexion_learned() -> dict:
                               keep_relisted=False)  # 326 distinct runs: no re-listed copies of solved ones
     qs = sorted({t.task for t in runs})
     half = {q: zlib.crc32(q.encode()) % 2 for q in qs}
-    out = {"own": [], "sibling": [], "folds": []}
+    out = {"own": [], "sibling": [], "folds": [], "unrelated": []}
+    unrelated = unrelated_queries("reflexion")
     for h in (0, 1):
-        own, sib, stats = fold_rows(runs, question_family, {q for q in qs if half[q] == h},
-                                    {q for q in qs if half[q] != h})
+        own, sib, stats, unrel = fold_rows(runs, question_family, {q for q in qs if half[q] == h},
+                                           {q for q in qs if half[q] != h}, unrelated)
         out["own"] += own
         out["sibling"] += sib
         out["folds"].append(stats)
+        out["unrelated"] += unrel
     out["families"] = {f: sorted(q for q in qs if question_family(q) == f)
                        for f, _ in QUESTION_FAMILIES}
     return out
@@ -535,14 +560,27 @@ def webarena_proxy() -> dict:
                        "answer", id=f"webarena-{t['task_id']}", source="web", outcome={"success": True})
             for t in tasks]
     half = {t["intent"]: zlib.crc32(str(t["task_id"]).encode()) % 2 for t in tasks}
-    out = {"own": [], "sibling": [], "folds": []}
+    out = {"own": [], "sibling": [], "folds": [], "unrelated": []}
+    unrelated = unrelated_queries("webarena")
     for h in (0, 1):
-        own, sib, stats = fold_rows(runs, tpl.get, {q for q in tpl if half[q] == h},
-                                    {q for q in tpl if half[q] != h})
+        own, sib, stats, unrel = fold_rows(runs, tpl.get, {q for q in tpl if half[q] == h},
+                                           {q for q in tpl if half[q] != h}, unrelated)
         out["own"] += own
         out["sibling"] += sib
         out["folds"].append(stats)
+        out["unrelated"] += unrel
     return out
+
+
+UNRELATED_INTRO = """\
+**Unrelated queries → `[]`.** Each fold's store is also queried with texts it has no memory for:
+the other benchmark's tasks (WebArena intents against what was learned from HotpotQA, HotpotQA
+questions against the WebArena proxy) and the public requests and texts of `bench/long_tasks.py`
+(AgentDojo user tasks and tool outputs, ASB agent tasks, Spikee benign questions, BIPIA e-mails and
+code answers, CPython docstrings; at most 100 per source, first 300 characters, both folds). Success:
+nothing returned. "Words only" is retrieval without the question-form fallback (the issue-6 floor
+alone), to show what the fallback costs.
+"""
 
 
 READING = """\
@@ -566,14 +604,22 @@ def _rate(rows, key) -> str:
 def md_learned(ref: dict, wa: dict) -> list[str]:
     "The report of the learned-retrieval measurement."
     L = ["# Retrieval of what was learned (issue 7)", "", LEARNED_INTRO,
-         "| runs | query | n | target | default floor | top 3, no floor | chance (3 random) |",
-         "|---|---|---|---|---|---|---|"]
+         "| runs | query | n | target | default floor | words only (no form fallback) "
+         "| top 3, no floor | chance (3 random) |", "|---|---|---|---|---|---|---|---|"]
     for name, d in (("Reflexion HotpotQA", ref), ("WebArena task-text proxy (synthetic runs)", wa)):
         L.append(f"| {name} | own task | {len(d['own'])} | ≥ 0.8 | {_rate(d['own'], 'floor')} "
-                 f"| {_rate(d['own'], 'top3')} | |")
+                 f"| {_rate(d['own'], 'words')} | {_rate(d['own'], 'top3')} | |")
         L.append(f"| {name} | sibling | {len(d['sibling'])} | ≥ 0.7 | {_rate(d['sibling'], 'floor')} "
-                 f"| {_rate(d['sibling'], 'top3')} | {_rate(d['sibling'], 'chance')} |")
+                 f"| {_rate(d['sibling'], 'words')} | {_rate(d['sibling'], 'top3')} "
+                 f"| {_rate(d['sibling'], 'chance')} |")
+    L += ["", UNRELATED_INTRO, "| store learned from | unrelated queries | n | → [] (default) "
+          "| → [] (words only) |", "|---|---|---|---|---|"]
+    for name, d in (("Reflexion HotpotQA", ref), ("WebArena proxy", wa)):
+        for src in dict.fromkeys(r["source"] for r in d["unrelated"]):
+            rows = [r for r in d["unrelated"] if r["source"] == src]
+            L.append(f"| {name} | {src} | {len(rows)} | {_rate(rows, 'floor')} | {_rate(rows, 'words')} |")
     L += ["", READING.format(own=_rate(ref["own"], "floor"), sib=_rate(ref["sibling"], "floor"),
+                             words=_rate(ref["sibling"], "words"),
                              top=_rate(ref["sibling"], "top3"), chance=_rate(ref["sibling"], "chance"),
                              wa_own=_rate(wa["own"], "floor"), wa_sib=_rate(wa["sibling"], "floor"))]
     L += ["", "Learning, per fold (runs learned, runs that stored a memory, memories in the store):", ""]
@@ -581,11 +627,11 @@ def md_learned(ref: dict, wa: dict) -> list[str]:
         L.append(f"- {name}: " + "; ".join(
             f"{f['learned_runs']} runs, {f['runs_storing']} stored, {f['memories']} memories" for f in d["folds"]))
     L += ["", "Reflexion siblings per family:", "", "| family | questions | sibling queries | default floor "
-          "| top 3, no floor | chance |", "|---|---|---|---|---|---|"]
+          "| words only | top 3, no floor | chance |", "|---|---|---|---|---|---|---|"]
     for f, qs in ref["families"].items():
         rows = [r for r in ref["sibling"] if r["family"] == f]
-        L.append(f"| {f} | {len(qs)} | {len(rows)} | {_rate(rows, 'floor')} | {_rate(rows, 'top3')} "
-                 f"| {_rate(rows, 'chance')} |")
+        L.append(f"| {f} | {len(qs)} | {len(rows)} | {_rate(rows, 'floor')} | {_rate(rows, 'words')} "
+                 f"| {_rate(rows, 'top3')} | {_rate(rows, 'chance')} |")
     L += ["", WEBARENA_PROXY_INTRO, "Questions per Reflexion family:", ""]
     L += [f"- **{f}**: " + " / ".join(q[:70] for q in qs) for f, qs in ref["families"].items()]
     return L + [""]
@@ -602,8 +648,13 @@ def learned_section(out: str):
     print("\n".join(L))
     Path(out).write_text("\n".join(L) + "\n")
     summary = {name: {k: {"n": len(d[k]), "default_floor": statistics.fmean(r["floor"] for r in d[k]),
+                          "words_only": statistics.fmean(r["words"] for r in d[k]),
                           "top3_no_floor": statistics.fmean(r["top3"] for r in d[k])}
-                      for k in ("own", "sibling") if d[k]} | {"folds": d["folds"]}
+                      for k in ("own", "sibling") if d[k]}
+                     | {"unrelated_empty": {"n": len(d["unrelated"]),
+                                            "default_floor": statistics.fmean(r["floor"] for r in d["unrelated"]),
+                                            "words_only": statistics.fmean(r["words"] for r in d["unrelated"])},
+                        "folds": d["folds"]}
                for name, d in (("reflexion_hotpotqa", ref), ("webarena_task_text_proxy", wa))}
     Path(out).with_suffix(".json").write_text(json.dumps(summary, indent=1))
 

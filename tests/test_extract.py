@@ -178,7 +178,7 @@ def test_offline_success_sample_from_the_excerpt():
     assert m.title == "Search <entity>, then finish with <answer> for “Which of <entity> and <entity> has been a member of more bands”"
     assert steps_of(m) == ["1. Search <entity> named in the task (each one): `Search[<entity>]`", "2. Finish with <answer>: `Finish[<answer>]`"]
     assert "Jonny" not in m.description and "Doherty" not in m.description
-    assert m.tags == ["search", "finish", "procedure"]
+    assert m.tags == ["asks-choice", "search", "finish", "procedure"]  # the question's form first
 
 
 def test_offline_failure_pitfalls_from_the_excerpt():
