@@ -136,3 +136,22 @@ def test_report_as_data(tmp_path):
     ft.test_eq(sorted(Path(f["path"]).name for f in j["files"]), sorted(bad))
     assert all(set(f) >= {"path", "format", "read", "skipped", "error"} for f in j["files"])
     json.dumps(j)
+
+
+def test_deliberate_skips_are_reported_and_do_not_stop_strict():
+    "Reflexion's later-trial log re-lists solved agents (without steps or with old ones): reported as expected, strict reads on."
+    p = FIX / "reflexion" / "hotpotqa_react_reflexion_trials_6_to_7_excerpt.txt"
+    rep, = read_logs(p).files
+    assert rep.skipped and all(e["expected"] for e in rep.to_dict()["skipped"]), rep
+    ft.test_eq(len(read_trajectories(p)), rep.read)
+    ft.test_eq(len(read_logs(p, strict=True).trajectories), rep.read)
+
+
+def test_a_damaged_record_in_a_real_log_still_stops_strict(tmp_path):
+    "The same log with one agent's 'Correct answer:' line damaged: that is an error, reported, and strict stops."
+    p = FIX / "reflexion" / "hotpotqa_react_reflexion_trials_6_to_7_excerpt.txt"
+    f = tmp_path / "damaged.txt"
+    f.write_text(p.read_text().replace("Correct answer:", "Correct answr:", 1))
+    r = read_logs(f)
+    assert r.files[0].error or any(not getattr(e, "expected", False) for e in r.files[0].skipped), r.files[0]
+    ft.test_fail(lambda: read_trajectories(f), contains=str(f))
