@@ -676,16 +676,19 @@ def _nothing_read(report: IngestReport) -> str:
         "; ".join(lines[:5]) + more
     )
 
-# %% ../nbs/13_cli.ipynb #0b51f83e
+# %% ../nbs/13_cli.ipynb #5fde7729
 def _read_line(report: IngestReport) -> str:
-    "What was read: trajectories and lessons from how many files, and what was skipped."
+    "What was read (trajectories, lessons, files), what was skipped, and the formats detected."
     bad = sum(1 for f in report.files if f.error)
     records = sum(len(f.skipped) for f in report.files)
     lessons = f" and {_plural(len(report.candidates), 'lesson')}" if report.candidates else ""
+    formats = Counter(f.format for f in report.files if f.format)
     return (
         f"read {_plural(len(report.trajectories), 'trajectory', 'trajectories')}{lessons} from"
         f" {_plural(len(report.files), 'file')}; skipped {_plural(bad, 'file')} and"
-        f" {_plural(records, 'record')}\n"
+        f" {_plural(records, 'record')}\nformats: "
+        + (", ".join(f"{name} ({n})" for name, n in sorted(formats.items())) or "none")
+        + "\n"
     )
 
 # %% ../nbs/13_cli.ipynb #3bb7454e

@@ -155,3 +155,16 @@ def test_a_damaged_record_in_a_real_log_still_stops_strict(tmp_path):
     r = read_logs(f)
     assert r.files[0].error or any(not getattr(e, "expected", False) for e in r.files[0].skipped), r.files[0]
     ft.test_fail(lambda: read_trajectories(f), contains=str(f))
+
+
+def test_a_hidden_folder_given_by_name_is_read(tmp_path):
+    "Claude Code keeps sessions in ~/.claude/projects/<project>/: naming that folder reads it; hidden folders inside are skipped."
+    cc = sorted((FIX / "claude-code").glob("*.jsonl"))
+    d = tmp_path / ".claude" / "projects" / "-home-me-repo"
+    (d / ".trash").mkdir(parents=True)
+    for p in cc:
+        shutil.copy(p, d / p.name)
+    shutil.copy(cc[0], d / ".trash" / "old.jsonl")
+    r = read_logs(tmp_path / ".claude")
+    ft.test_eq(sorted(Path(f.path).name for f in r.files), sorted(p.name for p in cc))
+    assert {f.format for f in r.files} == {"claude-code"} and all(f.read for f in r.files), r.files
