@@ -549,7 +549,7 @@ def _clean_tags(tags) -> list[str]:
             out.append(t)
     return out[:8]
 
-# %% ../nbs/10_extract.ipynb #9503a0a0
+# %% ../nbs/10_extract.ipynb #aa2161a9
 _ASKS = {  # how a memory names the kind of answer of a question form (others: "a <head noun>")
     "yes-no": "a yes-or-no answer",
     "choice": "one of the options they name",
@@ -571,7 +571,10 @@ def _form_tags(task: str) -> list[str]:
 def _asks(task: str) -> str:
     "'questions asking for <kind of answer>' for a task that is one question; '' otherwise."
     form = question_form(task)
-    return f"questions asking for {_ASKS.get(form, f'a {form}')}" if form else ""
+    if not form:
+        return ""
+    article = "an" if form[:1] in "aeiou" else "a"
+    return f"questions asking for {_ASKS.get(form, f'{article} {form}')}"
 
 # %% ../nbs/10_extract.ipynb #be4050cf
 def _build_items(
