@@ -397,10 +397,12 @@ def test_a_hand_off_to_a_human_is_not_a_failure():
 
 
 def test_reflexion_programming_runs_are_not_decided():
-    "Real Reflexion programming runs (is_solved hidden) carry no test result: coding runs, never decided (no false success)."
+    "Real Reflexion programming runs (is_solved hidden) carry no test result: coding runs, undecided, except one that logged no code."
     runs = [t for f in ("humaneval-rs._reflexion_5_gpt-4_pass_at_k_1_rs.excerpt.jsonl", "reflexion_humaneval_py_pass_at_1.excerpt.jsonl")
             for t in read_logs(TRAJS / "reflexion" / f).trajectories]
     assert len(runs) >= 4 and {t.outcome["success"] for t in runs} == {True, False}
-    judged = [offline_judge(hide_outcome(t)) for t in runs]
-    assert {(j.kind, j.is_success) for j in judged} == {("coding", None)}
-    assert all("no test run seen" in j.reason for j in judged)
+    judged = [(t, offline_judge(hide_outcome(t))) for t in runs]
+    assert {j.kind for _, j in judged} == {"coding"}
+    empty = [(t, j) for t, j in judged if not t.steps]  # a run that logged no code (research_logs: no_code_logged)
+    assert [(t.outcome["success"], j.is_success, j.reason) for t, j in empty] == [(False, False, "the run did nothing: no steps, no patch, no answer")]
+    assert all(j.is_success is None and "no test run seen" in j.reason for t, j in judged if t.steps)
