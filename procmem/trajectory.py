@@ -701,7 +701,7 @@ def extract_trajectory_artifact(
 
     return _artifact(as_trajectory(trajectory), ns)
 
-# %% ../nbs/07_trajectory.ipynb #0b8a2b3a
+# %% ../nbs/07_trajectory.ipynb #a6187c77
 @dataclass
 class LogKeys:
     "The keys of a log record that hold the task, the ground-truth label and the run id (dotted paths)."
@@ -717,6 +717,7 @@ class RecordError:
 
     index: object  # where: a list position, a JSONL line number, or a path inside the file
     reason: str  # what was wrong, in one line
+    expected: bool = False  # True: skipped by design (a re-listed duplicate), never an error
 
 # %% ../nbs/07_trajectory.ipynb #bc6e429a
 _KINDS = ("json", "jsonl", "text")
@@ -746,13 +747,16 @@ def register_format(fmt: LogFormat) -> LogFormat:
     LOG_FORMATS[fmt.name] = fmt
     return fmt
 
-# %% ../nbs/07_trajectory.ipynb #4c9b2a22
+# %% ../nbs/07_trajectory.ipynb #23059409
 _SUCCESS_WORDS = frozenset(
     "resolved success succeeded successful solved passed pass correct completed complete true yes"
     .split()
 )
 _FAILURE_WORDS = frozenset(
     "unresolved not_resolved failure failed fail incorrect wrong halted false no timeout timed_out"
+    # exit statuses of runs that ended without submitting (mini-SWE-agent, SWE-agent)
+    " limitsexceeded timeexceeded repeatedformaterror formaterror"
+    " exit_cost exit_context exit_format exit_forfeit early_exit"
     .split()
 )
 _REWARD_RULES = ("positive", "one")
