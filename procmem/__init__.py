@@ -48,7 +48,9 @@ __all__ = [
     "detect_loop", "extract_trajectory_artifact",
     # log formats
     "LogKeys", "LogFormat", "RecordError", "register_format", "label_outcome",
-    "from_langchain_messages", "from_claude_code",
+    "from_langchain_messages", "from_claude_code", "from_sweagent", "from_openhands", "from_taubench",
+    "lessons_from_reflections", "lessons_from_env_results", "import_lessons",
+    "read_logs", "IngestReport", "FileReport",
     # judge
     "RUN_KINDS", "run_kind", "verdict_label",
     # the LLM seam
