@@ -174,7 +174,9 @@ def _plain_word(w: str) -> bool:
     return w.isupper() and len(w) > 1 and (f in STOPWORDS or f in _COMMON_START)
 
 # %% ../nbs/10_extract.ipynb #9e25f903
-_LINE_LEAD = re.compile(r"(?:\A|\n)[ \t]*(?:#+|[-*>•]|\d+[.)])?[ \t]*\Z")  # a line's start, after a marker
+_LINE_LEAD = re.compile(
+    r"(?:\A|\n)[ \t]*(?:#+|[-*>•]|\d+[.)])?[ \t]*\Z"
+)  # a line's start, after a marker
 
 
 def _starts_sentence(s: str, i: int) -> bool:
@@ -205,7 +207,11 @@ def _replace_names(s: str) -> str:
             continue
         poss = re.search(r"['’]s$", m.group())
         end = m.end() - (2 if poss else 0)
-        if spans and not spans[-1][2] and re.fullmatch(r"[ \t-]+", s[spans[-1][1] : m.start()] or "x"):
+        if (
+            spans
+            and not spans[-1][2]
+            and re.fullmatch(r"[ \t-]+", s[spans[-1][1] : m.start()] or "x")
+        ):
             spans[-1][1:] = [end, bool(poss)]
         else:
             spans.append([m.start(), end, bool(poss)])
@@ -909,8 +915,11 @@ def _induce_workflow(a: TrajectoryArtifact) -> tuple[dict | None, str | None]:
     lines = ([f"For {asks}:"] if asks else []) + _procedure_lines(a, steps)
     qa = any(s.kind == "react" for _, s in steps)  # a ReAct question; else a task's result
     lines.append(
-        "Before finishing, check that the answer rests on what these steps observed." if qa
-        else "Before finishing, check the result against what the task asks (run its check, if any)."
+        "Before finishing, check that the answer rests on what these steps observed."
+        if qa
+        else (
+            "Before finishing, check the result against what the task asks (run its check, if any)."
+        )
     )
     names = [s.verb for i, (_, s) in enumerate(steps) if i == 0 or steps[i - 1][1].name != s.name]
     item = dict(
@@ -1080,13 +1089,17 @@ def _error_pitfall(a: TrajectoryArtifact, shapes: dict, lits, applies: str) -> d
 def _dead_end_pitfall(a: TrajectoryArtifact, shapes: dict, lits, applies: str) -> dict | None:
     "The pitfall of a run whose calls found nothing (two or more), quoting the first such result."
     dead = [
-        ks for ks in a.key_steps if not ks.get("error") and _NO_RESULT.match(ks.get("outcome") or "")
+        ks
+        for ks in a.key_steps
+        if not ks.get("error") and _NO_RESULT.match(ks.get("outcome") or "")
     ]
     if len(dead) < 2:
         return None
     s, said = shapes[dead[0]["step"]], _gist(dead[0]["outcome"], lits, 120)
     similar = "similar" in dead[0]["outcome"].casefold()
-    fix = "pick one of the similar titles it lists" if similar else "try a shorter, more general one"
+    fix = (
+        "pick one of the similar titles it lists" if similar else "try a shorter, more general one"
+    )
     return dict(
         title=_clip(f"Change the query when `{s.text}` finds nothing", 120),
         description=(
@@ -1112,14 +1125,18 @@ def _missing_checks(j: Judgment, lits) -> str:
     return "".join(f"\n{k}. Make sure you have observed: {m}" for k, m in enumerate(missing, 4))
 
 # %% ../nbs/10_extract.ipynb #ab011f20
-def _no_answer_pitfall(a: TrajectoryArtifact, steps: list, frame: str, applies: str, extra: str) -> dict:
+def _no_answer_pitfall(
+    a: TrajectoryArtifact, steps: list, frame: str, applies: str, extra: str
+) -> dict:
     "The pitfall of a run that used up its steps without answering: the steps it spent instead."
     qa = any(s.kind == "react" for _, s in steps)  # a ReAct question; else a task to finish
     plan = "list the facts the task needs" if qa else "plan the few steps the task needs"
     done = "you already have enough to answer" if qa else "the task is already done"
     give = "give the best-supported answer" if qa else "finish with the best result you have"
     return dict(
-        title=_clip(f"{'Answer' if qa else 'Finish'} “{frame}” before the step budget runs out", 160),
+        title=_clip(
+            f"{'Answer' if qa else 'Finish'} “{frame}” before the step budget runs out", 160
+        ),
         description=(
             f"Pitfall: a failed run took {a.steps_total} steps ({_path(steps)}) and never"
             f" {'gave an answer' if qa else 'finished'}. {applies}"
@@ -1150,15 +1167,22 @@ def _answer_checks(fin: str, qa: bool) -> str:
     )
 
 
-def _wrong_answer_pitfall(j: Judgment, fin: str, steps: list, frame: str, lits, applies: str,
-                          extra: str) -> dict:
+def _wrong_answer_pitfall(
+    j: Judgment, fin: str, steps: list, frame: str, lits, applies: str, extra: str
+) -> dict:
     """The pitfall of an answer or result the judge did not accept: the run's path to it, and the
     judge's reason."""
     qa = any(s.kind == "react" for _, s in steps)  # a ReAct question; else a task's result
     unsupported = bool(_UNSUPPORTED.search(j.reason or ""))
-    title = (f"Verify an observation states the answer to “{frame}”" if unsupported
-             else f"Check the answer to “{frame}” matches what is asked" if qa
-             else f"Check the result of “{frame}” before {fin}")
+    title = (
+        f"Verify an observation states the answer to “{frame}”"
+        if unsupported
+        else (
+            f"Check the answer to “{frame}” matches what is asked"
+            if qa
+            else f"Check the result of “{frame}” before {fin}"
+        )
+    )
     return dict(
         title=_clip(title, 160),
         description=(
@@ -1170,7 +1194,9 @@ def _wrong_answer_pitfall(j: Judgment, fin: str, steps: list, frame: str, lits, 
     )
 
 # %% ../nbs/10_extract.ipynb #a840e76a
-def _answer_pitfall(a: TrajectoryArtifact, j: Judgment, shapes: dict, lits, applies: str) -> dict | None:
+def _answer_pitfall(
+    a: TrajectoryArtifact, j: Judgment, shapes: dict, lits, applies: str
+) -> dict | None:
     "The pitfall of a missing answer, or of an answer the judge did not accept; else None."
     steps = [(ks, s) for ks in a.key_steps if not _is_noop(s := shapes[ks["step"]], ks["action"])]
     answer_steps = [s for s in shapes.values() if s.name.casefold() in _ANSWER_ACTIONS]
@@ -1303,7 +1329,8 @@ def _offline_raws(a: TrajectoryArtifact, j: Judgment, reasons: list) -> list[dic
 
 
 def _why_nothing(j: Judgment) -> str | None:
-    "Why a verdict teaches nothing (the judge abstained, or the failure was extrinsic); None if it teaches."
+    """Why a verdict teaches nothing (the judge abstained, or the failure was extrinsic); None if it
+    teaches."""
     if j.is_success is None:
         return f"the judge abstained, nothing to learn: {_clip(j.reason or '', 200)}"
     if not attributable(j):

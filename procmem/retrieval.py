@@ -49,7 +49,8 @@ MIN_SHARED_TERMS = 3  # distinct shared terms below which the memory-side share 
 
 
 def _best_window(hits: list, width: int, idf) -> tuple[float, int]:
-    "IDF mass and count of the distinct terms in the best run of `hits` ((pos, term)) under `width`."
+    """IDF mass and count of the distinct terms in the best run of `hits` ((pos, term)) under
+    `width`."""
     inside, mass, lo, best = Counter(), 0.0, 0, (False, 0.0, 0)
     for pos, t in hits:
         if not inside[t]:
@@ -116,8 +117,10 @@ def hit_relevance(m: MemoryItem, score: float, task_mass: float, task_tokens: li
 # %% ../nbs/04_retrieval.ipynb #2f46a0c0
 _ANSWER_KINDS = {  # a question's interrogative or head noun -> the kind of answer it asks for
     "time": "when year date day month century decade era period time birthday".split(),
-    "place": "where place location city country state county province region town village"
-    " continent island district area".split(),
+    "place": (
+        "where place location city country state county province region town village"
+        " continent island district area".split()
+    ),
     "person": "who whom whose person people man woman".split(),
     "number": "many much number amount count percentage population".split(),
     "reason": ["why"],
@@ -245,7 +248,7 @@ def _check_args(task, k, source_type):
     if bad:
         raise ValueError(f"unknown source_type {sorted(bad)}; use one of {', '.join(SOURCE_TYPES)}")
 
-# %% ../nbs/04_retrieval.ipynb #303a6bfa
+# %% ../nbs/04_retrieval.ipynb #5ecb736d
 def _relevant_hits(store: MemoryStore, hits: list, task: str, k: int, floor: float) -> list:
     "The first `k` `(item, relevance)` of `hits` whose relevance is at least `floor`."
     idf = _idf_lookup(store._index())
@@ -261,19 +264,25 @@ def _relevant_hits(store: MemoryStore, hits: list, task: str, k: int, floor: flo
     return out
 
 
-def retrieve_memories(store: MemoryStore, task: str, k: int = 3, domain=None, source_type=None,
-                      min_relevance: float = DEFAULT_MIN_RELEVANCE,  # hit_relevance floor; 0: all
-                      record: bool = True,  # count the access of what is returned
-                      with_scores: bool = False,  # return (item, relevance) pairs
-                      candidates: int = DEFAULT_CANDIDATES,  # BM25 hits the floor looks at
-                      ) -> list:
+def retrieve_memories(
+    store: MemoryStore,
+    task: str,
+    k: int = 3,
+    domain=None,
+    source_type=None,
+    min_relevance: float = DEFAULT_MIN_RELEVANCE,  # hit_relevance floor; 0: all
+    record: bool = True,  # count the access of what is returned
+    with_scores: bool = False,  # return (item, relevance) pairs
+    candidates: int = DEFAULT_CANDIDATES,  # BM25 hits the floor looks at
+    by_form: bool = True,  # if no hit clears the floor: memories of the task's form
+) -> list:
     "Up to `k` memories relevant to `task`, best first; [] when none clears `min_relevance`."
     _check_args(task, k, source_type)
     if k == 0:
         return []
     hits = store.search(task, max(k, candidates), domain=domain, source_type=source_type)
     out = _relevant_hits(store, hits, task, k, min_relevance)
-    if not out:  # nothing by its words: memories of the task's question form, if any
+    if not out and by_form:  # nothing by its words: memories of the task's question form, if any
         out = _form_hits(store, task, k, min_relevance, domain=domain, source_type=source_type)
     if record and out:
         store.record_access([m.id for m, _ in out])
