@@ -181,6 +181,39 @@ def test_offline_success_sample_from_the_excerpt():
     assert m.tags == ["asks-choice", "search", "finish", "procedure"]  # the question's form first
 
 
+def test_a_question_of_the_same_form_retrieves_what_was_learned():
+    "Issue 7: a sibling question (same kind of answer, no shared word) gets the memory; others get nothing."
+    from procmem.loop import learn_from_trajectory
+    from procmem.retrieval import FORM_RELEVANCE, retrieve_memories
+    from procmem.store import MemoryStore
+    t = from_reflexion_log(EXCERPT)[0]  # "Which of Jonny Craig and Pete Doherty has been a member of more bands ?"
+    store = MemoryStore()
+    m, = learn_from_trajectory(t, store, judge=lambda a, llm=None: truth(t), log=False).stored
+    assert m.content.splitlines()[0] == "For questions asking for one of the options they name:"
+    sibling = "Which movie was filmed first \"The Guest\" or \"You're Next\"?"  # another question of the log
+    assert retrieve_memories(store, sibling, by_form=False, record=False) == []  # no shared word
+    (got, rel), = retrieve_memories(store, sibling, with_scores=True, record=False)
+    assert got.id == m.id and rel == FORM_RELEVANCE
+    assert retrieve_memories(store, sibling, min_relevance=0.6, record=False) == []
+    for other in ["In what year was the singer who popularized the song born?",  # another form
+                  "Which of my orders was shipped first, the lamp or the desk?",  # the asker's own records
+                  "Close every stale issue in the tracker"]:  # not a question
+        assert retrieve_memories(store, other, record=False) == [], other
+
+
+@pytest.mark.skipif(not REFLEXION_LOG.exists(), reason=f"shared data file not found: {REFLEXION_LOG}")
+def test_every_item_learned_from_a_question_carries_its_form():
+    from procmem.retrieval import form_tag, question_form
+    forms = set()
+    for t in from_reflexion_log(REFLEXION_LOG, keep_relisted=False):
+        form = question_form(t.task)
+        forms.add(form)
+        for m in extract_memories(t, truth(t)):
+            assert m.tags[:1] == ([form_tag(form)] if form else m.tags[:1]), (t.task, m.tags)
+            assert ("questions asking for" in m.description) == bool(form), (t.task, m.description)
+    assert {"yes-no", "choice", "time", "place", "person"} <= forms
+
+
 def test_offline_failure_pitfalls_from_the_excerpt():
     r = from_reflexion_log(EXCERPT)
     wrong = extract_memories(r[3], truth(r[3]))
