@@ -35,6 +35,7 @@ __all__ = [
     "BadRowError", "ExportRefusedError", "read_memory_file", "validate_store", "repair_store",
     # index and retrieval
     "BM25Index", "IndexDamagedError", "retrieve_memories", "DEFAULT_MIN_RELEVANCE",
+    "question_form", "form_tag", "FORM_RELEVANCE",
     # injection
     "format_memories_for_injection", "strip_injected_memories", "injected_memories",
     "neutralize_text", "memory_key_points",
