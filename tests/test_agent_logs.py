@@ -1,4 +1,4 @@
-"""Contract tests of procmem.agent_logs (issue 7, "Formats" and "Labels and ids"): each format reads
+"""Contract tests of procmem.agent_logs and procmem.tool_logs (issue 7, "Formats" and "Labels and ids"): each format reads
 its real fixture, written by the other project (tests/fixtures/trajectories/<project>/, licences in
 each LICENSE-NOTICE.md), through the registry that `procmem learn` uses; bad records are reported,
 not fatal; ids and labels come from the sources' own keys."""
@@ -9,7 +9,8 @@ from pathlib import Path
 import fastcore.test as ft
 import pytest
 
-from procmem.agent_logs import from_minisweagent, from_openhands, from_sweagent, from_taubench
+from procmem.agent_logs import from_minisweagent, from_sweagent
+from procmem.tool_logs import from_openhands, from_taubench  # also registers their formats
 from procmem.ingest import detect_trajectory_format, read_logs
 from procmem.trajectory import LOG_FORMATS, LogKeys, RecordError, Trajectory, hide_outcome, label_outcome
 
@@ -69,8 +70,9 @@ def test_minisweagent_v2_tool_calls_real_file():
     assert [s.observation for s in t.steps] == obs  # the JSON bodies decoded
     assert t.steps[0].error.startswith("returncode 1: cat: ") and [s.error is None for s in t.steps[1:]] == [True] * 4
     assert t.answer is None and t.metadata["exit_status"] == "LimitsExceeded"
-    # the status is read through the one label mapping (today it states nothing: no outcome)
-    assert t.outcome == label_outcome("LimitsExceeded", "info.exit_status")
+    # stopped without submitting: a failure label, through the one label mapping
+    assert t.outcome == label_outcome("LimitsExceeded", "info.exit_status") == {
+        "success": False, "label_key": "info.exit_status", "label": "LimitsExceeded"}
 
 
 def test_minisweagent_responses_api_items():
