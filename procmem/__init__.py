@@ -15,6 +15,7 @@ from .trajectory import *
 from .chat_logs import *
 from .claude_code import *
 from .agent_logs import *
+from .tool_logs import *
 from .research_logs import *
 from .ingest import *
 from .llm import *
