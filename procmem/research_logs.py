@@ -307,14 +307,12 @@ class _ReflexionParse:
     agent: dict | None = None  # the agent being read (None between agents)
     target: tuple | None = None  # where a continuation line goes: question, reflections, a step
 
-# %% ../nbs/07c_research_logs.ipynb #59a76b22
+# %% ../nbs/07c_research_logs.ipynb #19d4ee2a
 @patch
 def _skip(self: _ReflexionParse, n: int, reason: str, expected: bool = False):
     """Reports line `n` (an agent's `Question:` line, or a stray line) as a record not read;
     `expected` marks a listing skipped by design (no run lost), which `--strict` tolerates."""
-    e = RecordError(n, reason)
-    e.expected = expected  # ingest reads it with getattr (a field of RecordError or not)
-    self.out.append(e)
+    self.out.append(RecordError(n, reason, expected))
 
 # %% ../nbs/07c_research_logs.ipynb #407fd535
 @patch
