@@ -623,7 +623,41 @@ def _detect_alfworld_results(data) -> bool:
         and all(isinstance(e["memory"], list) for e in data[:5])
     )
 
-# %% ../nbs/07c_research_logs.ipynb #f9132a80
+# %% ../nbs/07c_research_logs.ipynb #f39d3d77
+_RANGE = re.compile(r"\s*\(\d+(?:-\d+)?\)")  # "cabinet (1-4)", "dresser (1)"
+_INSTANCE = re.compile(r"\b(?:(?:the|a|an) )?((?:first |second |third )?[a-z]+) \d+\b")  # "plate 2"
+
+
+def _mask_instances(text: str) -> str:
+    "`text` with ALFWorld's object instance numbers masked: 'take plate 2' -> 'take the plate'."
+    return _INSTANCE.sub(r"the \1", _RANGE.sub("", text))
+
+# %% ../nbs/07c_research_logs.ipynb #e806c3df
+_LOOP = re.compile(
+    r"^I (?:was|got) stuck in a loop in which I (?:continually|kept|repeatedly) (tried to"
+    r" )?(\w+)(.*)$"
+)
+_GERUND = {"went": "going", "took": "taking", "put": "putting", "ran": "running"}  # irregular
+_REWRITES = [
+    (re.compile(r"^I forgot to (.*)$"), r"Do not forget to \1"),
+    (re.compile(r"^I should have (.*)$"), r"Should have \1"),
+    (re.compile(r"^I will (.*)$"), r"Next time, \1"),
+    (re.compile(r"^I was unsuccessful in (.*)$"), r"Failed at \1"),
+]  # first-person openings of Reflexion's reflections, said impersonally
+
+
+def _impersonal(s: str) -> str | None:
+    "A first-person reflection sentence said impersonally, or None when no simple rewrite fits."
+    if m := _LOOP.match(s):
+        tried, verb, rest = m.groups()
+        ing = _GERUND.get(verb) or (verb[:-2] + "ing" if verb.endswith("ed") else verb)
+        return f"Avoid repeatedly {'trying to ' + verb if tried else ing}{rest}"
+    for rx, repl in _REWRITES:
+        if rx.match(s):
+            return rx.sub(repl, s)
+    return None
+
+# %% ../nbs/07c_research_logs.ipynb #bac3334e
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _PLAN = re.compile(r"^In this environment, my plan was to\s+", re.I)
 
@@ -634,8 +668,9 @@ def _lesson_parts(text: str) -> tuple[str, str, str]:
     sentences = [s for s in _SENTENCE_END.split(" ".join(text.split())) if s]
     plan = next((_PLAN.sub("", s).rstrip(".") for s in sentences if _PLAN.match(s)), "")
     wrong = next((s for s in sentences if not _PLAN.match(s)), sentences[0] if sentences else "")
-    wrong = re.sub(r"^However,\s+", "", wrong).rstrip(".")
-    title = _short(f"Pitfall: {wrong[:1].upper()}{wrong[1:]}", 160)
+    wrong = _mask_instances(re.sub(r"^However,\s+", "", wrong).rstrip("."))
+    title = _short(_impersonal(wrong) or f"Pitfall: {wrong[:1].upper()}{wrong[1:]}", 160)
+    plan = _mask_instances(plan)
     desc = (
         f"When the plan is to {plan}." if plan else "A lesson the agent wrote after a failed trial."
     )

@@ -4,7 +4,7 @@ HotpotQA logs of every trial, Reflexion programming runs, and ALFWorld env_resul
 Each format reads a small real file written by the other project (tests/fixtures/trajectories/{rlm,reflexion}/,
 licences in LICENSE-NOTICE.md there). Tests on the full public runs in shared/data skip, naming the file,
 when it is absent."""
-import json
+import json, re
 from collections import Counter
 from pathlib import Path
 
@@ -236,10 +236,13 @@ def test_alfworld_lessons_merge_across_trials(tmp_path):
     acts = []
     for t in range(3):
         lessons = lessons_from_env_results(ALF / f"env_results_trial_{t}.json")
+        originals = {" ".join(x.split()) for e in _data(ALF / f"env_results_trial_{t}.json", "json") for x in e["memory"]}
         for m in lessons:
             assert m.source_type == "failure" and m.domain == "alfworld" and m.confidence == 0.1
             assert m.provenance["source"] == "import" and m.provenance["trust"] == "untrusted"
-            assert m.provenance["trial"] == t and m.title.startswith("Pitfall: ")
+            assert m.provenance["trial"] == t and not m.title.startswith("I ")  # said impersonally
+            assert not re.search(r"\b[a-z]+ \d+\b", m.title + m.task_query)  # no "plate 2": instance numbers masked
+            assert m.content in originals  # the agent's own words, unchanged (whitespace normalised)
         acts += [r.action for r in import_lessons(lessons, store)]
     ft.test_eq(Counter(acts), {"add": 6, "merge": 9})
     ft.test_eq(len(list(store)), 6)  # 15 reflections, 7 distinct texts (two restate one lesson), 6 memories
