@@ -259,13 +259,7 @@ def _describe(kind: str, data) -> str:
     what = "JSONL records" if kind == "jsonl" else f"a JSON {type(data).__name__}"
     return f"{what} with keys {keys[:8]}" if keys else what
 
-# %% ../nbs/07d_ingest.ipynb #38b866af
-def _expected(e: RecordError) -> bool:
-    """Whether a skipped record was left out by design (a re-listed or stepless run, marked
-    `expected` by its reader): reported, but not an error, even when strict."""
-    return bool(getattr(e, "expected", False))
-
-# %% ../nbs/07d_ingest.ipynb #4d30604e
+# %% ../nbs/07d_ingest.ipynb #03410742
 @dataclass
 class FileReport:
     "What was made of one file: the format detected, what was read, what was skipped and why."
@@ -280,7 +274,7 @@ class FileReport:
     def to_dict(self) -> dict:
         "The report as JSON-like data."
         skipped = [
-            dict(index=e.index, reason=e.reason, **({"expected": True} if _expected(e) else {}))
+            dict(index=e.index, reason=e.reason, **({"expected": True} if e.expected else {}))
             for e in self.skipped
         ]
         return dict(
@@ -385,7 +379,7 @@ def _collect(rep: FileReport, items, out: IngestReport):
         else:
             raise TrajectoryError(f"the {rep.format} reader yielded a {type(x).__name__}")
 
-# %% ../nbs/07d_ingest.ipynb #2f568562
+# %% ../nbs/07d_ingest.ipynb #09f4730a
 def _read_one(p, rep: FileReport, keys: LogKeys, out: IngestReport, strict: bool, stdin):
     "Parses file `p`, detects its format and reads it into `rep` and `out`."
     kind, data, bad = _parse_log(_text(_raw(p, stdin)), "" if p == "-" else p.suffix)
@@ -395,7 +389,7 @@ def _read_one(p, rep: FileReport, keys: LogKeys, out: IngestReport, strict: bool
     rep.format, rep.skipped = fmt.name, list(bad)
     _collect(rep, fmt.read(data, keys), out)
     rep.skipped.sort(key=lambda e: e.index if isinstance(e.index, int) else -1)
-    if strict and (bad := [e for e in rep.skipped if not _expected(e)]):
+    if strict and (bad := [e for e in rep.skipped if not e.expected]):
         e = bad[0]
         raise TrajectoryError(f"{_where(rep.path, fmt.kind, e.index)}: {e.reason}")
 

@@ -153,7 +153,7 @@ def test_a_damaged_record_in_a_real_log_still_stops_strict(tmp_path):
     f = tmp_path / "damaged.txt"
     f.write_text(p.read_text().replace("Correct answer:", "Correct answr:", 1))
     r = read_logs(f)
-    assert r.files[0].error or any(not getattr(e, "expected", False) for e in r.files[0].skipped), r.files[0]
+    assert r.files[0].error or any(not e.expected for e in r.files[0].skipped), r.files[0]
     ft.test_fail(lambda: read_trajectories(f), contains=str(f))
 
 
