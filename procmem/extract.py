@@ -765,7 +765,7 @@ def _action_values(action: str) -> tuple[str, list[str]]:
         return m.group(1), [v for v in vals if isinstance(v, str)]
     return "", []
 
-# %% ../nbs/10_extract.ipynb #bc737aa1
+# %% ../nbs/10_extract.ipynb #26aa73c9
 def _specific_values(action: str) -> list[str]:
     """The values of an action that are specifics: arguments that look like values (names, ids,
     paths, numbers, quoted text) and any argument of a search; a command's quoted strings."""
@@ -782,13 +782,6 @@ def _literals(a: TrajectoryArtifact) -> list[str]:
     for ks in a.key_steps:
         out += _specific_values(ks.get("action") or "")
     return out
-
-
-def _task_shape(a: TrajectoryArtifact, literals, n: int = 300) -> str:
-    """The task with its specifics replaced (function names in code too: `division(` -> `<name>(`),
-    clipped to `n` characters."""
-    s = re.sub(r"(?<![<\w])[A-Za-z_]\w*(?=\()", "<name>", despecify(a.task, literals))
-    return _clip(" ".join(s.split()), n)
 
 # %% ../nbs/10_extract.ipynb #c560b60c
 _NOOP_NAMES = frozenset(
@@ -876,7 +869,7 @@ def _procedure_lines(a: TrajectoryArtifact, steps: list) -> list[str]:
         lines.append(f"{i}. {sh.verb[:1].upper() + sh.verb[1:]}{w}{each}: `{sh.text}`")
     return lines
 
-# %% ../nbs/10_extract.ipynb #4c20d055
+# %% ../nbs/10_extract.ipynb #9ab40948
 def _join_title(phrases: list[str], n: int = 4) -> str:
     """'A, then B, then C' from distinct consecutive phrases (at most `n`), capitalised, at most 120
     characters."""
@@ -889,46 +882,6 @@ def _join_title(phrases: list[str], n: int = 4) -> str:
         t = "run " + t
     t = _clip(t, 120)
     return t[:1].upper() + t[1:]
-
-
-def _frame(a: TrajectoryArtifact, lits, n: int = 90) -> str:
-    "The task's shape for a title: its first sentence or line, de-specified, clipped to `n`."
-    first = re.split(r"(?<=[.?!])\s+|\n", a.task.strip(), maxsplit=1)[0]
-    s = re.sub(r"(?<![<\w])[A-Za-z_]\w*(?=\()", "<name>", despecify(first, lits))
-    return _clip(" ".join(s.split()).rstrip(" ?.!:"), n)
-
-# %% ../nbs/10_extract.ipynb #ba19172e
-def _induce_workflow(a: TrajectoryArtifact) -> tuple[dict | None, str | None]:
-    """A parameterised procedure from a successful run's useful steps, in order; (None, reason) when
-    fewer than two different ones remain."""
-    lits = _literals(a)
-    steps = _useful_steps(a, lits)
-    if len({s.text for _, s in steps}) < 2:
-        n = len(steps)
-        why = (
-            f"the run has {n} useful step{'s' * (n != 1)} after dropping failed, no-op and repeated"
-            " ones; a procedure needs at least two different steps"
-        )
-        return None, why
-    asks = _asks(a.task)  # the kind of question, when the task is one
-    kind = f"{asks}," if asks else "tasks"
-    lines = ([f"For {asks}:"] if asks else []) + _procedure_lines(a, steps)
-    qa = any(s.kind == "react" for _, s in steps)  # a ReAct question; else a task's result
-    lines.append(
-        "Before finishing, check that the answer rests on what these steps observed."
-        if qa
-        else (
-            "Before finishing, check the result against what the task asks (run its check, if any)."
-        )
-    )
-    names = [s.verb for i, (_, s) in enumerate(steps) if i == 0 or steps[i - 1][1].name != s.name]
-    item = dict(
-        title=_clip(f"{_join_title(names, 3)} for “{_frame(a, lits)}”", 160),
-        description=f"A procedure that worked for {kind} like: {_task_shape(a, lits)}",
-        content="\n".join(lines),
-        tags=[*dict.fromkeys(_human(s.name) for _, s in steps)][:5] + ["procedure"],
-    )
-    return item, None
 
 # %% ../nbs/10_extract.ipynb #7394dd6b
 _ERROR_KINDS = [  # (pattern, label, what to check in the title, the check)
@@ -1003,6 +956,176 @@ _UNSUPPORTED = re.compile(
     re.I,
 )
 
+# %% ../nbs/10_extract.ipynb #b40f4806
+_GOAL_SKIP = frozenset(
+    "the a an some my our your their this that these those its his her any all me us them it".split()
+)  # words a goal leaves out
+_GOAL_STOP = frozenset(
+    """of for in on at from by about into onto to and or but as than if so then between within
+    across after before under against via per like using through with without which what who whom
+    whose where when why how whether while because""".split()
+)  # where a goal's object ends
+_PARTICLES = frozenset("up out down off with".split())
+_NOT_VERBS = frozenset(
+    """i i'm we you he she it they this that these those there here what who which where when why
+    how whose whom whats what's is are was were do does did can could would should will shall may
+    might must have has had am be""".split()
+)  # first words that start no imperative
+
+
+def _goal_word(t: str) -> str:
+    "A word of a goal: a plain lower-case word as it is, anything else as its placeholder."
+    w = t.strip(".,;:!?\"'()")
+    return w if re.fullmatch(r"[a-z][a-z'’-]*", w) else arg_placeholder(w)
+
+
+def _no_imperative(toks: list[str]) -> bool:
+    """Whether words `toks` start with no imperative verb: a question word, a preposition, a subject
+    and its verb ('Tokyo is big', 'Jaclyn Stapp changed …'; 'Add Tide PODS …' is one)."""
+    verb = toks[0].rstrip(".,!?").casefold()
+    if not re.fullmatch(r"[A-Za-z][a-z'’]*[.,!?]?", toks[0]) or verb in _NOT_VERBS | _GOAL_STOP:
+        return True
+    nxt = [t.casefold() for t in toks[1:3]]
+    if nxt and nxt[0] in _NOT_VERBS:
+        return True
+    name = len(toks) > 2 and toks[1][:1].isupper() and re.fullmatch(r"[a-z]+", toks[2])
+    return bool(name) and verb not in _COMMON_START
+
+
+def _goal_words(s: str, n: int = 3) -> list[str]:
+    "'verb [particle] object…' from the start of `s`: at most `n` object words, no article."
+    toks = s.split()
+    if not toks or _no_imperative(toks):
+        return []
+    out = [toks[0].rstrip(".,!?").casefold()]
+    rest = toks[1:] if toks[0][-1] not in ".,!?" else []
+    if rest and rest[0].casefold() in _PARTICLES:
+        out.append(rest.pop(0).casefold())
+    for t in rest:
+        w = _goal_word(t)
+        if w in _GOAL_SKIP:
+            continue
+        if w in _GOAL_STOP or len(out) >= n + 2:
+            break
+        if out[-1] != w:  # one placeholder for a run of them
+            out.append(w)
+        if t[-1] in ".,;:!?":
+            break
+    return out
+
+# %% ../nbs/10_extract.ipynb #f3d4d25d
+_CODE_TASK = re.compile(
+    r"^\s*(?:///|#include|def |fn |func |from \w+ import|import |use |package |public |class )",
+    re.M,
+)  # a task given as code to complete
+_ISSUE = re.compile(r"\b(?:bug|error|exception|traceback|crash)|error\b|\buploaded\b", re.I)
+_REPORTER = re.compile(
+    r"\bI(?:'m running| get| got| see| am getting|'ve uploaded| have uploaded)\b|\brepository\b", re.I
+)  # an issue report: someone ran something and got an error, or uploaded a repository
+_POLITE = re.compile(
+    r"^(?:(?:hi|hello|hey|dear|greetings)\b[^.!?,\n]*[.!?,]\s*|(?:please|kindly)\s+"
+    r"|(?:can|could|would|will) you(?: please)?\s+)+",
+    re.I,
+)  # greetings and politeness before the request
+_FIRST_PERSON = re.compile(r"^(?:i|i'm|i’m|we|we're|my|our)\b", re.I)
+_WANTS = re.compile(r"\b(?:to|need|want|wanna)\s+(?:(?:some|a|an|the)\s+)*(to\s+)?", re.I)
+
+
+def _request_goal(first: str) -> tuple[str, str]:
+    "('requests', 'to <goal>' or 'for <thing>') of a first-person request; ('requests', '')."
+    m = _WANTS.search(first)
+    words = _goal_words(first[m.end() :]) if m else []
+    if not words:
+        return "requests", ""
+    to = m.group(1) or m.group(0).casefold().startswith("to")  # 'need to X': a verb follows
+    return "requests", ("to " if to else "for ") + " ".join(words)
+
+
+def _task_goal(task: str, lits=()) -> tuple[str, str]:
+    """(kind of task, its goal) for a task that is no short question: ('coding tasks', 'to fix a
+    syntax error'), ('requests', 'to get refund'), ('tasks', 'to look up release year'); the goal
+    is '' when none can be read."""
+    if _CODE_TASK.search(task):
+        return "coding tasks", "to implement a function"
+    if _ISSUE.search(task[:300]) and _REPORTER.search(task[:600]):
+        label = _error_kind(task[:300])[0]
+        return "coding tasks", f"to fix {'a reported issue' if label == 'an error' else label}"
+    first = re.split(r"(?<=[.!?])\s+|\n", _POLITE.sub("", task.strip()), maxsplit=1)[0]
+    if _FIRST_PERSON.match(first):
+        noun, goal = _request_goal(first)
+    else:
+        noun, goal = "tasks", " ".join(_goal_words(first))
+        goal = f"to {goal}" if goal else ""
+    return noun, " ".join(despecify(goal, lits).split())
+
+# %% ../nbs/10_extract.ipynb #e7eed069
+def _copied_run(text: str, task: str, n: int = 4) -> str | None:
+    "The first run of `n` or more consecutive words of `task` that `text` repeats; None if none."
+    task_words = re.findall(r"[\w'’]+", str(task).casefold())
+    grams = {tuple(task_words[i : i + n]) for i in range(len(task_words) - n + 1)}
+    words = re.findall(r"[\w'’]+", str(text).casefold())
+    hits = [words[i : i + n] for i in range(len(words) - n + 1) if tuple(words[i : i + n]) in grams]
+    return " ".join(hits[0]) if hits else None
+
+
+_TELL_ME = re.compile(
+    r"\b(?:tell|show|let)\s+(?:me|us)\s+(?:know\s+)?"
+    r"((?:who|what|when|where|which|why|how)\b[^.!?\n]*)",
+    re.I,
+)  # a question inside a request: 'Please tell me who founded …'
+
+
+def _task_kind(task: str, lits=(), qa: bool = False, long: bool = False) -> str:
+    """What kind of task `task` is, in general terms, for titles and descriptions: 'questions asking
+    for a time or date', 'requests to get refund', 'coding tasks to fix a syntax error'. `qa`: the
+    run answered it as a question; `long`: keep the question form's examples ('(when, what year)')."""
+    inner = _TELL_ME.search(task)
+    asks = _asks(task) or (_asks(inner[1] + "?").replace("questions", "requests") if inner else "")
+    if asks:
+        return asks if long else re.sub(r" \([^()]*\)$", "", asks)
+    noun, goal = _task_goal(task, lits)
+    words = goal.split()
+    while words and _copied_run(f"{noun} {' '.join(words)}", task):
+        words.pop()
+    if len(words) > 1:
+        return f"{noun} {' '.join(words)}"
+    return f"{'questions' if qa or '?' in task else noun} of any kind"  # not a prefix of others
+
+# %% ../nbs/10_extract.ipynb #9e3eca57
+def _induce_workflow(a: TrajectoryArtifact) -> tuple[dict | None, str | None]:
+    """A parameterised procedure from a successful run's useful steps, in order; (None, reason) when
+    fewer than two different ones remain."""
+    lits = _literals(a)
+    steps = _useful_steps(a, lits)
+    if len({s.text for _, s in steps}) < 2:
+        n = len(steps)
+        why = (
+            f"the run has {n} useful step{'s' * (n != 1)} after dropping failed, no-op and repeated"
+            " ones; a procedure needs at least two different steps"
+        )
+        return None, why
+    qa = any(s.kind == "react" for _, s in steps)  # a ReAct question; else a task's result
+    kind = _task_kind(a.task, lits, qa)
+    lines = [f"For {_task_kind(a.task, lits, qa, long=True)}:", *_procedure_lines(a, steps)]
+    lines.append(
+        "Before finishing, check that the answer rests on what these steps observed."
+        if qa
+        else (
+            "Before finishing, check the result against what the task asks (run its check, if any)."
+        )
+    )
+    names = [s.verb for i, (_, s) in enumerate(steps) if i == 0 or steps[i - 1][1].name != s.name]
+    item = dict(
+        title=_clip(f"{_join_title(names, 3)} for {kind}", 160),
+        description=(
+            f"A procedure that worked for {lines[0][4:-1]}, in {len(lines) - 2} steps:"
+            f" {_path(steps, 4)}"
+        ),
+        content="\n".join(lines),
+        tags=[*dict.fromkeys(_human(s.name) for _, s in steps)][:5] + ["procedure"],
+    )
+    return item, None
+
 # %% ../nbs/10_extract.ipynb #c478a527
 def _path(steps: list, n: int = 6) -> str:
     "A run's useful actions, de-specified, repeats counted: '`A` ×2 → `B` → …'."
@@ -1062,7 +1185,7 @@ def _loop_pitfall(a: TrajectoryArtifact, lits, applies: str) -> dict:
         tags=[*dict.fromkeys(_human(s.name) for s in shs), "loop", "pitfall"],
     )
 
-# %% ../nbs/10_extract.ipynb #3c089988
+# %% ../nbs/10_extract.ipynb #d6464a52
 def _error_pitfall(a: TrajectoryArtifact, shapes: dict, lits, applies: str) -> dict:
     "The pitfall of a run's first error, quoting the action and the error, with a check by kind."
     e = a.errors[0]
@@ -1071,8 +1194,10 @@ def _error_pitfall(a: TrajectoryArtifact, shapes: dict, lits, applies: str) -> d
     act = f"`{_clip(s.text, 80)}`" if s else "an action"
     gist = _gist(e["error"], lits, 120)
     times = f" ({e['count']} times)" if e.get("count", 1) > 1 else ""
+    said = f": it failed with “{gist}”"
+    title = f"Check {short} before {act}" + ("" if _copied_run(said, a.task) else said)
     return dict(
-        title=_clip(f"Check {short} before {act}: it failed with “{gist}”", 160),
+        title=_clip(title, 160),
         description=(
             f"Pitfall: in a failed run, step {e['first_step']} {act} ended in {label}{times}:"
             f" “{gist}”. {applies}"
@@ -1124,9 +1249,9 @@ def _missing_checks(j: Judgment, lits) -> str:
     ]
     return "".join(f"\n{k}. Make sure you have observed: {m}" for k, m in enumerate(missing, 4))
 
-# %% ../nbs/10_extract.ipynb #ab011f20
+# %% ../nbs/10_extract.ipynb #f5a27ddb
 def _no_answer_pitfall(
-    a: TrajectoryArtifact, steps: list, frame: str, applies: str, extra: str
+    a: TrajectoryArtifact, steps: list, kind: str, applies: str, extra: str
 ) -> dict:
     "The pitfall of a run that used up its steps without answering: the steps it spent instead."
     qa = any(s.kind == "react" for _, s in steps)  # a ReAct question; else a task to finish
@@ -1135,7 +1260,7 @@ def _no_answer_pitfall(
     give = "give the best-supported answer" if qa else "finish with the best result you have"
     return dict(
         title=_clip(
-            f"{'Answer' if qa else 'Finish'} “{frame}” before the step budget runs out", 160
+            f"For {kind}, {'answer' if qa else 'finish'} before the step budget runs out", 160
         ),
         description=(
             f"Pitfall: a failed run took {a.steps_total} steps ({_path(steps)}) and never"
@@ -1149,7 +1274,7 @@ def _no_answer_pitfall(
         tags=["answer" if qa else "result", "budget", "pitfall"],
     )
 
-# %% ../nbs/10_extract.ipynb #ecec34ba
+# %% ../nbs/10_extract.ipynb #4d3b4a46
 def _answer_checks(fin: str, qa: bool) -> str:
     "The checklist for a final answer or result the judge did not accept: a question's or a task's."
     if qa:
@@ -1168,19 +1293,19 @@ def _answer_checks(fin: str, qa: bool) -> str:
 
 
 def _wrong_answer_pitfall(
-    j: Judgment, fin: str, steps: list, frame: str, lits, applies: str, extra: str
+    j: Judgment, fin: str, steps: list, kind: str, lits, applies: str, extra: str
 ) -> dict:
     """The pitfall of an answer or result the judge did not accept: the run's path to it, and the
     judge's reason."""
     qa = any(s.kind == "react" for _, s in steps)  # a ReAct question; else a task's result
     unsupported = bool(_UNSUPPORTED.search(j.reason or ""))
     title = (
-        f"Verify an observation states the answer to “{frame}”"
+        f"For {kind}, verify an observation states the answer before {fin}"
         if unsupported
         else (
-            f"Check the answer to “{frame}” matches what is asked"
+            f"For {kind}, verify the answer against the observations before {fin}"
             if qa
-            else f"Check the result of “{frame}” before {fin}"
+            else f"For {kind}, check the result before {fin}"
         )
     )
     return dict(
@@ -1193,7 +1318,7 @@ def _wrong_answer_pitfall(
         tags=["answer" if qa else "result", "verification", "pitfall"],
     )
 
-# %% ../nbs/10_extract.ipynb #a840e76a
+# %% ../nbs/10_extract.ipynb #d97b3bd9
 def _answer_pitfall(
     a: TrajectoryArtifact, j: Judgment, shapes: dict, lits, applies: str
 ) -> dict | None:
@@ -1201,20 +1326,27 @@ def _answer_pitfall(
     steps = [(ks, s) for ks in a.key_steps if not _is_noop(s := shapes[ks["step"]], ks["action"])]
     answer_steps = [s for s in shapes.values() if s.name.casefold() in _ANSWER_ACTIONS]
     fin = f"`{_clip(answer_steps[-1].text, 60)}`" if answer_steps else "answering"
-    extra, frame = _missing_checks(j, lits), _frame(a, lits)
+    extra = _missing_checks(j, lits)
+    kind = _task_kind(a.task, lits, any(s.kind == "react" for _, s in steps))
     if not a.answer:
-        return _no_answer_pitfall(a, steps, frame, applies, extra)
+        return _for_kind(_no_answer_pitfall(a, steps, kind, applies, extra), kind)
     if not a.errors or a.converged:
-        return _wrong_answer_pitfall(j, fin, steps, frame, lits, applies, extra)
+        return _for_kind(_wrong_answer_pitfall(j, fin, steps, kind, lits, applies, extra), kind)
     return None
+
+
+def _for_kind(p: dict, kind: str) -> dict:
+    """`p` with its checklist opened by the kind of task it is for: pitfalls about tasks of other
+    kinds are then told apart by the gates, not merged (see `_title_conflict` in procmem.gates)."""
+    return dict(p, content=f"For {kind}:\n{p['content']}")
 
 
 def _induce_pitfalls(a: TrajectoryArtifact, j: Judgment) -> list[dict]:
     "Pitfalls with checklists from a failed run: a loop, the first error, dead ends, the answer."
     lits = _literals(a)
-    kind = f"{_asks(a.task)}," if _asks(a.task) else "tasks"  # the kind of question, if it is one
-    applies = f"Applies to {kind} like: {_task_shape(a, lits, 240)}"
     shapes = {ks["step"]: _step_shape(ks["action"], a.task, lits) for ks in a.key_steps}
+    qa = any(s.kind == "react" for s in shapes.values())  # a ReAct question
+    applies = f"Applies to {_task_kind(a.task, lits, qa, long=True)}."
     out = [_loop_pitfall(a, lits, applies)] if a.loop else []
     out += [_error_pitfall(a, shapes, lits, applies)] if a.errors else []
     out.append(_dead_end_pitfall(a, shapes, lits, applies))
@@ -1507,7 +1639,7 @@ def _contrast(succ: list, fail: list, lits) -> tuple[list[str], list[str]]:
     out += _behaviour_contrasts(succ, fail, lits, unanswered)
     return [f for f, _ in out], [d for _, d in out]
 
-# %% ../nbs/10_extract.ipynb #ef981386
+# %% ../nbs/10_extract.ipynb #7de45950
 def _common_path(runs: list, lits) -> str:
     "The most common de-specified action path among `runs`."
     paths = Counter(" → ".join(s.text for s in _names(a, lits)) for a in runs)
@@ -1534,7 +1666,7 @@ def _contrast_item(succ: list, fail: list) -> tuple[dict | None, str | None]:
     desc = (
         f"Contrast of {_count(k)} runs of one task ({_count(len(succ))} successful,"
         f" {_count(len(fail))} failed): what the successful runs did that the failed runs did not."
-        f" Applies to tasks like: {_task_shape(succ[0], lits, 240)}"
+        f" Applies to {_task_kind(succ[0].task, lits, long=True)}."
     )
     names = [_human(s.name) for a in succ for s in _names(a, lits)]
     item = dict(

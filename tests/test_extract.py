@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from procmem.core import MemoryItem
 from procmem.extract import (MAX_ITEMS, OFFLINE_EXTRACTOR, Extraction, MemoryReply, despecify, extract_memories,
                              extract_memories_contrastive, trust_for_source)
-from procmem.extract import _as_artifact, _every_step, _gist, _literals, _plain_word, _step_shape
+from procmem.extract import _as_artifact, _copied_run, _every_step, _gist, _literals, _plain_word, _step_shape
 from procmem.ingest import read_trajectories
 import procmem.claude_code  # noqa: F401  registers the claude-code format
 from procmem.judge import Judgment
@@ -175,7 +175,7 @@ def test_offline_on_the_whole_reflexion_log():
 def test_offline_success_sample_from_the_excerpt():
     t = from_reflexion_log(EXCERPT)[0]
     m, = extract_memories(t, truth(t))
-    assert m.title == "Search <entity>, then finish with <answer> for “Which of <entity> and <entity> has been a member of more bands”"
+    assert m.title == "Search <entity>, then finish with <answer> for questions asking for one of the options they name"  # the kind, not the task
     assert steps_of(m) == ["1. Search <entity> named in the task (each one): `Search[<entity>]`", "2. Finish with <answer>: `Finish[<answer>]`"]
     assert "Jonny" not in m.description and "Doherty" not in m.description
     assert m.tags == ["asks-choice", "search", "finish", "procedure"]  # the question's form first
@@ -217,11 +217,11 @@ def test_every_item_learned_from_a_question_carries_its_form():
 def test_offline_failure_pitfalls_from_the_excerpt():
     r = from_reflexion_log(EXCERPT)
     wrong = extract_memories(r[3], truth(r[3]))
-    assert [m.title for m in wrong] == ["Check the answer to “What is the first name of <entity>'s father” matches what is asked"]
+    assert [m.title for m in wrong] == ["For questions asking for a name, verify the answer against the observations before `Finish[<answer>]`"]
     # the pitfall quotes the run's own path to its wrong answer, de-specified ('father' is a keyword, no specific)
     assert "a failed run went `Search[<entity>]` → `Lookup[father]` → `Finish[<answer>]`" in wrong[0].description
     halted = extract_memories(r[4], truth(r[4]))
-    assert "Answer “whats the famous bavagheet by <entity>” before the step budget runs out" in [m.title for m in halted]
+    assert "For questions of any kind, answer before the step budget runs out" in [m.title for m in halted]  # 'whats …?': no form
     assert "the first, `Lookup[famous bavagheet]`, answered “No Results”" in halted[0].description
     for t in r:
         for m in extract_memories(t, truth(t)): assert not leaks(m, t.task), (m.title, m.content)
@@ -253,7 +253,7 @@ def test_loop_signal_and_dead_ends_become_pitfalls():
     t = Trajectory("When did the Acme Rocket Club disband?", [S("Acme Rocket Club")] * 4, None, id="loop", source="web")
     out = extract_memories(t, Judgment(False, "no answer", 0.9, failure_class="adaptive"))
     assert [m.title for m in out] == ["Avoid repeating `Search[<entity>]` unchanged", "Change the query when `Search[<entity>]` finds nothing",
-                                      "Answer “When did the <entity> disband” before the step budget runs out"]
+                                      "For questions asking for a time or date, answer before the step budget runs out"]
     assert "issued `Search[<entity>]` 4 times from step 1" in out[0].description
     assert "took 4 steps (`Search[<entity>]` ×4)" in out[2].description
     assert extract_memories(t, Judgment(False, "no answer", 0.9, failure_class="adaptive"), max_items=1)[0].title.startswith("Avoid repeating")
@@ -292,7 +292,8 @@ def problems(m: MemoryItem, t) -> list[str]:
     a = _every_step(t, _as_artifact(t))
     lits = _literals(a)
     shapes = [_step_shape(ks["action"], a.task, lits).text for ks in a.key_steps]
-    out = [f"masked {w!r}" for w in re.findall(r"\b[A-Z][\w']*", t.task[:120]) if _plain_word(w) and w not in m.description]
+    out = [f"masked {w!r}" for w in re.findall(r"\b[A-Z][\w']*", t.task[:120]) if _plain_word(w) and w not in despecify(t.task, lits)]
+    out += [f"title repeats the task: {c!r}" for c in [_copied_run(m.title, t.task)] if c]  # the kind of task, never the task
     if m.source_type == "success":
         at = -1
         for x in [l.split("`")[1] for l in steps_of(m) if "`" in l]:
@@ -328,9 +329,10 @@ def test_reflexion_memories_have_the_issue_7_properties():
     assert len(got) >= len(runs)
     bad = [(t.id, m.title, problems(m, t)) for t, m in got if problems(m, t)]
     assert not bad, bad[:5]
-    # pitfalls are not one of four templates: their titles and descriptions name the run's own task and actions
+    # pitfalls are not one of four templates: titles name the kind of task and the run's own action or error (89
+    # distinct of 393 on 2026-11-24, by design shared by runs of one kind), descriptions the run's own path and result
     pit = [m for _, m in got if m.source_type == "failure"]
-    assert len({m.title for m in pit}) >= len(pit) // 3 and len({m.description for m in pit}) >= 0.6 * len(pit)
+    assert len({m.title for m in pit}) >= 50 and len({m.description for m in pit}) >= 0.6 * len(pit)
 
 
 def test_think_noop_and_repeated_steps_are_dropped_and_order_kept():
@@ -343,7 +345,9 @@ def test_think_noop_and_repeated_steps_are_dropped_and_order_kept():
     t = Trajectory("Hello! Please tell me who founded the Acme Rocket Club.", steps, "Ada Quill", id="noop", source="web")
     m, = extract_memories(t, Judgment(True, "ok", 0.9))
     assert [l.split("`")[1] for l in steps_of(m)] == ["search(query=<entity>)", "get_page(url=<url>)", "finish(answer=<answer>)"]
-    assert m.description == "A procedure that worked for tasks like: Hello! Please tell me who founded the <entity>."
+    assert m.title == "Search <entity>, then get page <url>, then finish with <answer> for requests asking for a person"
+    assert m.description == ("A procedure that worked for requests asking for a person (who), in 3 steps:"
+                             " `search(query=<entity>)` → `get_page(url=<url>)` → `finish(answer=<answer>)`")
     assert not problems(m, t)
 
 
