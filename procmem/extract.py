@@ -1020,7 +1020,8 @@ _CODE_TASK = re.compile(
 )  # a task given as code to complete
 _ISSUE = re.compile(r"\b(?:bug|error|exception|traceback|crash)|error\b|\buploaded\b", re.I)
 _REPORTER = re.compile(
-    r"\bI(?:'m running| get| got| see| am getting|'ve uploaded| have uploaded)\b|\brepository\b", re.I
+    r"\bI(?:'m running| get| got| see| am getting|'ve uploaded| have uploaded)\b|\brepository\b",
+    re.I,
 )  # an issue report: someone ran something and got an error, or uploaded a repository
 _POLITE = re.compile(
     r"^(?:(?:hi|hello|hey|dear|greetings)\b[^.!?,\n]*[.!?,]\s*|(?:please|kindly)\s+"
@@ -1078,7 +1079,8 @@ _TELL_ME = re.compile(
 def _task_kind(task: str, lits=(), qa: bool = False, long: bool = False) -> str:
     """What kind of task `task` is, in general terms, for titles and descriptions: 'questions asking
     for a time or date', 'requests to get refund', 'coding tasks to fix a syntax error'. `qa`: the
-    run answered it as a question; `long`: keep the question form's examples ('(when, what year)')."""
+    run answered it as a question; `long`: keep the question form's examples ('(when, what year)').
+    """
     inner = _TELL_ME.search(task)
     asks = _asks(task) or (_asks(inner[1] + "?").replace("questions", "requests") if inner else "")
     if asks:
