@@ -557,8 +557,11 @@ WEBARENA_PROXY_INTRO = """\
 table does not measure learning from real WebArena runs. Each task of `webarena/tasks_dev.json`
 (414 after dropping 9 verbatim repeats) becomes a minimal synthetic successful run: the real task
 text, then two fixed steps (`goto(start page)`, `stop(answer)`) that are the same for every task.
-What it measures is the task-derived part of learning: the title, description and task query the
-offline extractor writes, the gates' merges, and retrieval. Tasks are split in two halves by a
+What it measures is the task-derived part of learning: the kind of task the offline extractor
+names in the title and description (a question's form, else the goal read from the task's verb and
+object words, e.g. "tasks to tell total cost"; never the task itself), the task query, the gates'
+merges (runs of one kind merge into one memory; its tasks stay indexed as `example_queries`, at
+most 5), and retrieval. Tasks are split in two halves by a
 stable hash of their id (two folds); a sibling is a task of the same `intent_template_id` in the
 other half.
 """
@@ -616,6 +619,31 @@ one query is 8-17 points of a family's rate.
 
 Before question forms (commit 9cce93d, same protocol): Reflexion own task 0.886, sibling 0.038 at
 the floor (0.500 top 3, chance 0.388); WebArena proxy own task 0.933, sibling 0.863.
+
+**Titles without the task (issue 7).** Until commit 7ff4727 a learned title and description quoted
+the task, masked ("Answer “Look up the release year of the film Up” before the step budget runs
+out"); they now name the kind of task and the key action or what went wrong ("For tasks to look up
+release year, answer before the step budget runs out", "Search <entity>, then finish with <answer>
+for questions asking for a person"); the task itself is indexed through `task_query` and
+`example_queries`. Generic titles alone made the gates merge runs of every kind into a few memories
+(a merge keeps the last 5 tasks as example queries), and own-task retrieval fell to 0.669
+(Reflexion) and 0.278 (WebArena proxy) in a first try; procedures and answer pitfalls now open
+their content with "For <kind>:" so the gates' topic-word rule keeps kinds apart, and a question
+whose form is unknown is "questions of any kind", not a bare "questions" that every other
+question's title contains. Same protocol, before (7ff4727) → after: Reflexion own task 0.921 (n
+318) → {own}, sibling 0.865 → {sib}; WebArena proxy own task 0.948 (n 382) → {wa_own}, sibling
+0.875 → {wa_sib}; memories per fold 54/52 → 61/71 (Reflexion), 53/52 → 82/87 (proxy). More runs
+store a memory now (326 and 406 queries): fewer candidates are skipped as restating another
+run's. Unrelated queries → `[]` before: Reflexion store 0.910 WebArena intents, 0.966 AgentDojo
+tasks, 0.989 ASB, 0.974 Spikee, 1.000 BIPIA e-mails, 1.000 BIPIA code, 0.990 AgentDojo texts,
+1.000 docstrings; WebArena proxy store 0.855 HotpotQA, 0.890 AgentDojo tasks, 1.000 ASB, 0.727
+Spikee, 1.000 BIPIA e-mails, 0.993 BIPIA code, 0.950 AgentDojo texts, 0.945 docstrings. The
+clearest cost is AgentDojo user tasks on the proxy store (0.890 → see the table): a request such
+as "Please show me my unread emails" now matches "… for tasks to show email address" by the
+words of its kind. Not held out: the wrong-answer title says "verify the answer against the
+observations" (not "check the answer matches what is asked") after BIPIA bank e-mails ("company",
+"checking account", "questions") matched "For questions asking for a company, check …" (0.849 →
+1.000 on that row).
 """
 
 
