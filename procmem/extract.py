@@ -325,7 +325,7 @@ def _shell_shape(cmd: str, task: str) -> str:
             out.append(arg_placeholder(t))
     return " ".join(out)
 
-# %% ../nbs/10_extract.ipynb #28c959bd
+# %% ../nbs/10_extract.ipynb #f4c0e75a
 def _tool_args(inner: str) -> list[tuple[str, str]] | None:
     """(name, placeholder) pairs of a tool call's JSON arguments; None when they are not a JSON
     object."""
@@ -393,10 +393,11 @@ def _step_shape(
     lead = re.match(
         r"[A-Za-z_][\w.]*", a
     )  # a name, never its arguments (`meta.subclasses["X"]` -> `meta.subclasses`)
+    comment = re.match(r"//|#|/\*|\"\"\"", a)  # a comment: often the task's own words, not quoted
     return _Shape(
         "code",
         fn.group(1) if fn else lead.group() if lead else "code",
-        despecify(a, literals),
+        "<code>" if comment else despecify(a, literals),
         f"call {fn.group(1)}" if fn else "run code",
     )
 
@@ -1251,7 +1252,7 @@ def _missing_checks(j: Judgment, lits) -> str:
     ]
     return "".join(f"\n{k}. Make sure you have observed: {m}" for k, m in enumerate(missing, 4))
 
-# %% ../nbs/10_extract.ipynb #f5a27ddb
+# %% ../nbs/10_extract.ipynb #68103dd9
 def _no_answer_pitfall(
     a: TrajectoryArtifact, steps: list, kind: str, applies: str, extra: str
 ) -> dict:
@@ -1265,7 +1266,8 @@ def _no_answer_pitfall(
             f"For {kind}, {'answer' if qa else 'finish'} before the step budget runs out", 160
         ),
         description=(
-            f"Pitfall: a failed run took {a.steps_total} steps ({_path(steps)}) and never"
+            f"Pitfall: a failed run took {a.steps_total} step{'s' * (a.steps_total != 1)}"
+            f" ({_path(steps)}) and never"
             f" {'gave an answer' if qa else 'finished'}. {applies}"
         ),
         content=(

@@ -294,6 +294,7 @@ def problems(m: MemoryItem, t) -> list[str]:
     shapes = [_step_shape(ks["action"], a.task, lits).text for ks in a.key_steps]
     out = [f"masked {w!r}" for w in re.findall(r"\b[A-Z][\w']*", t.task[:120]) if _plain_word(w) and w not in despecify(t.task, lits)]
     out += [f"title repeats the task: {c!r}" for c in [_copied_run(m.title, t.task)] if c]  # the kind of task, never the task
+    out += [f"description repeats the task: {c!r}" for c in [_copied_run(m.description, t.task)] if c]
     if m.source_type == "success":
         at = -1
         for x in [l.split("`")[1] for l in steps_of(m) if "`" in l]:
