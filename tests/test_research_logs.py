@@ -13,8 +13,8 @@ import fastcore.test as ft
 
 from procmem.core import MemoryItem
 from procmem.trajectory import LOG_FORMATS, LogKeys, RecordError, Trajectory, TrajectoryError, hide_outcome
-from procmem.research_logs import (from_reflexion_log, import_lessons, lessons_from_env_results,
-                                   lessons_from_reflections)
+from procmem.research_logs import from_reflexion_log
+from procmem.reflexion_lessons import import_lessons, lessons_from_env_results, lessons_from_reflections
 from procmem.store import MemoryStore
 
 ROOT = Path(__file__).resolve().parents[1]
