@@ -17,6 +17,7 @@ from .claude_code import *
 from .agent_logs import *
 from .tool_logs import *
 from .research_logs import *
+from .reflexion_lessons import *
 from .ingest import *
 from .llm import *
 from .judge import *
