@@ -647,17 +647,12 @@ def _grounding_doubt(run: _Run) -> tuple[str | None, str | None, str]:
         return None, quote, "the answer appears in what the agent observed"
     return _GROUNDING_DOUBT.get(level), quote, _GROUNDING_SUPPORT.get(level, "")
 
-# %% ../nbs/09_judge.ipynb #a8ddde25
-def _stop_rule(run: _Run, ans: str, step_budget: int | None) -> tuple | None:
-    "(why, missing, evidence, cause) for the rules that fail a run outright, or None."
-    if not ans:
-        used = step_budget and run.steps_total >= step_budget
-        budget = (
-            f" after using its whole step budget ({run.steps_total}/{step_budget})" if used else ""
-        )
-        ev = [_quote(run.steps[-1]["action"], 100)] if run.steps else []
-        return f"the run did not converge: no final answer{budget}", ["a final answer"], ev, None
-    if unres := _unresolved(run):
+# %% ../nbs/09_judge.ipynb #e4fd2bee
+def _end_rule(run: _Run, kind: str) -> tuple | None:
+    "(why, missing, evidence, cause) when the run ended on an unresolved error or in a loop."
+    answered = bool((run.answer or "").strip())
+    unres = _unresolved(run) if (kind in ("qa", "coding", "unknown") or not answered) else []
+    if unres:
         n, err = unres[0]
         why = f"the run ended on an unresolved error at step {n}"
         return why, ["a run that recovers from its last error"], [_quote(err)], extrinsic_cause(err)
@@ -669,6 +664,20 @@ def _stop_rule(run: _Run, ans: str, step_budget: int | None) -> tuple | None:
         )
         ev = [_quote(a, 80) for a in lp["actions"]]
         return why, ["a change of approach instead of repeating an action"], ev, None
+    return None
+
+
+def _stop_rule(run: _Run, ans: str, step_budget: int | None) -> tuple | None:
+    "(why, missing, evidence, cause) for the rules that fail a run outright, or None."
+    if not ans:
+        used = step_budget and run.steps_total >= step_budget
+        budget = (
+            f" after using its whole step budget ({run.steps_total}/{step_budget})" if used else ""
+        )
+        ev = [_quote(run.steps[-1]["action"], 100)] if run.steps else []
+        return f"the run did not converge: no final answer{budget}", ["a final answer"], ev, None
+    if (end := _end_rule(run, "qa")) is not None:
+        return end
     if _NON_ANSWER.match(ans):
         return (
             f"the final answer is a non-answer: {_quote(ans, 80)!r}",
@@ -840,7 +849,7 @@ def run_kind(
     "The kind of run, one of RUN_KINDS: which rules the offline judge applies to it."
     return _kind_of(_run_of(trajectory))
 
-# %% ../nbs/09_judge.ipynb #0b88e52c
+# %% ../nbs/09_judge.ipynb #c2f09be3
 def _closing_call(run: _Run) -> str | None:
     "The run's last action when it is a closing call (finish(), submit, ...): the run did end."
     if not run.steps:
@@ -848,25 +857,6 @@ def _closing_call(run: _Run) -> str | None:
     last = run.steps[-1]
     named = (last["name"] or "").casefold() in _CLOSING_NAMES
     return _quote(last["action"], 100) if named or _CLOSING_ACTION.search(last["action"]) else None
-
-
-def _end_rule(run: _Run, kind: str) -> tuple | None:
-    "(why, missing, evidence, cause) when the run ended on an unresolved error or in a loop."
-    answered = bool((run.answer or "").strip())
-    unres = _unresolved(run) if (kind in ("qa", "coding", "unknown") or not answered) else []
-    if unres:
-        n, err = unres[0]
-        why = f"the run ended on an unresolved error at step {n}"
-        return why, ["a run that recovers from its last error"], [_quote(err)], extrinsic_cause(err)
-    lp = run.loop
-    if lp and lp["first_step"] + lp["steps"] - 1 >= run.steps_total - 1:
-        why = (
-            f"the run ended in a loop: {lp['kind']} of {lp['count']} ×"
-            f" {_quote(lp['actions'][0], 60)!r}"
-        )
-        ev = [_quote(a, 80) for a in lp["actions"]]
-        return why, ["a change of approach instead of repeating an action"], ev, None
-    return None
 
 # %% ../nbs/09_judge.ipynb #56d0e61d
 _SUBMITTED_STATUS = re.compile(r"submitted|completed|finished|success", re.I)
