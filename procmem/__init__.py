@@ -27,7 +27,7 @@ from .loop import *
 
 __all__ = [
     # core: the memory item
-    "MemoryItem", "MemoryValidationError", "SOURCE_TYPES", "LIMITS", "SCHEMA_VERSION",
+    "MemoryItem", "MemoryValidationError", "SOURCE_TYPES", "LIMITS", "SCHEMA_VERSION", "Finding",
     "normalize_text", "content_fingerprint",
     # text
     "tokenize", "tf_cosine", "jaccard",

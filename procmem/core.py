@@ -11,7 +11,7 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['SOURCE_TYPES', 'SCHEMA_VERSION', 'LIMITS', 'MemoryValidationError', 'normalize_text', 'content_fingerprint',
-           'utc_now', 'parse_timestamp', 'MemoryItem']
+           'utc_now', 'parse_timestamp', 'MemoryItem', 'Finding']
 
 # %% ../nbs/00_core.ipynb #ba21135c
 SOURCE_TYPES = ("success", "failure", "seed", "contrastive")  # where a memory came from
@@ -287,3 +287,29 @@ def from_dict(cls: MemoryItem, d: dict) -> MemoryItem:
         raise MemoryValidationError("title", "is missing")
     given = d.get("extra", {})
     return cls(**known, extra={**given, **extra} if isinstance(given, dict) else extra)
+
+# %% ../nbs/00_core.ipynb #4471b85f
+@dataclass(frozen=True)
+class Finding:
+    "One reason a text is unsafe to store or inject: what kind, where, and which check found it."
+
+    category: str  # what was found, e.g. "override", "exfiltration", "hidden_char", "sink"
+    start: int  # the match's span in the text that was checked
+    end: int
+    text: str = ""  # the matched text (shortened by the check if long)
+    layer: str = ""  # the check that found it: "scanner", "classifier", "sink", ...
+    field: str = ""  # the memory field it was found in, when an item was checked
+    detail: str = ""  # one line of explanation
+
+    def __post_init__(self):
+        if not isinstance(self.category, str) or not self.category:
+            raise ValueError(f"Finding.category must be a non-empty string, got {self.category!r}")
+        ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (self.start, self.end))
+        if not ok or not 0 <= self.start <= self.end:
+            raise ValueError(
+                f"Finding span must be ints 0 <= start <= end, got {self.start!r}, {self.end!r}"
+            )
+
+    @property
+    def span(self) -> tuple[int, int]:
+        return (self.start, self.end)
