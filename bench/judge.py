@@ -1,6 +1,7 @@
 """How good is the offline judge on labelled public runs of several kinds? (labels hidden from the judge)
 
     python bench/judge.py [--mirrors /work/.mirror] [--out bench/results/judge.json]
+    ANTHROPIC_API_KEY=... python bench/judge.py --llm claude [--per-source 100]   # the LLM judge on the same runs
 
 Sources (each one is skipped, with the reason recorded, when its file is absent):
 - qa, Reflexion HotpotQA ReAct runs (../shared/data/reflexion/, MIT): split BY QUESTION (sha1 of the question
@@ -34,7 +35,7 @@ from _common import REPO, git_commit
 sys.path.insert(0, str(REPO))
 from procmem.agent_logs import from_minisweagent  # noqa: E402
 from procmem.ingest import read_logs, read_trajectories  # noqa: E402
-from procmem.judge import _cut_off, _last_tests, _patch_of, _run_of, judge_agreement, offline_judge  # noqa: E402
+from procmem.judge import _cut_off, _last_tests, _patch_of, _run_of, judge_agreement, judge_trajectory, offline_judge  # noqa: E402
 from procmem.research_logs import from_reflexion_log  # noqa: E402
 from procmem.trajectory import hide_outcome  # noqa: E402
 
@@ -187,11 +188,14 @@ def _round(m: dict) -> dict:
     return {k: (None if isinstance(v, float) and math.isnan(v) else round(v, 3) if isinstance(v, float) else v) for k, v in m.items()}
 
 
-def evaluate(source: str, runs, signals: dict) -> list:
-    "One row per split of a source: its kinds, the agreement metrics, the reasons it abstained most."
+def evaluate(source: str, runs, signals: dict, llm=None, per_source=None) -> list:
+    """One row per split of a source: its kinds, the agreement metrics, the reasons it abstained most.
+    `llm`: judge with procmem's LLM judge instead of the offline one; `per_source`: at most this many runs."""
     by_split, kind = {}, source.split(":")[0]
-    for split, t, truth in runs:
-        j = offline_judge(t, step_budget=STEP_BUDGET.get(kind))
+    for i, (split, t, truth) in enumerate(runs):
+        if per_source is not None and i >= per_source:
+            break
+        j = offline_judge(t, step_budget=STEP_BUDGET.get(kind)) if llm is None else judge_trajectory(t, llm)
         by_split.setdefault(split, []).append((j, truth))
         for name in candidate_signals(kind, t, STEP_BUDGET.get(kind)):
             signals.setdefault(source, Counter())[(split, name, truth)] += 1
@@ -226,8 +230,19 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mirrors", default=os.environ.get("PROCMEM_MIRRORS", "/work/.mirror"))
     ap.add_argument("--limit", type=int, default=None, help="at most this many coding runs")
-    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "judge.json"))
+    ap.add_argument("--out", default=None, help="default: bench/results/judge.json (judge-llm.json with --llm)")
+    ap.add_argument("--llm", choices=("claude",), default=None,
+                    help="measure procmem's LLM judge (needs ANTHROPIC_API_KEY and network) instead of the offline one")
+    ap.add_argument("--model", default=None, help="the Claude model for --llm (default: procmem.llm.resolve_model())")
+    ap.add_argument("--per-source", type=int, default=None, help="at most this many runs per source (cost control)")
     a = ap.parse_args()
+    llm = None
+    if a.llm:
+        if not os.environ.get("ANTHROPIC_API_KEY"):
+            sys.exit("bench/judge.py: --llm claude needs ANTHROPIC_API_KEY")
+        from procmem.llm import AnthropicLLM
+        llm = AnthropicLLM(model=a.model)
+    a.out = a.out or str(REPO / "bench" / "results" / ("judge-llm.json" if llm else "judge.json"))
     mirrors, rows, skipped, t0 = Path(a.mirrors), [], {}, time.perf_counter()
     sources = {"qa: Reflexion HotpotQA (ReAct + reflexion)": hotpotqa_runs,
                "qa: Reflexion HotpotQA (ReAct, no reflexion)": lambda: hotpotqa_base_runs(mirrors),
@@ -237,13 +252,13 @@ def main():
     signals = {}
     for name, runs in sources.items():
         try:
-            rows += evaluate(name, runs(), signals)
+            rows += evaluate(name, runs(), signals, llm, a.per_source)
         except (FileNotFoundError, subprocess.CalledProcessError) as e:
             skipped[name] = str(e)
             print(f"skipped {name}: {e}")
     held = [r for r in rows if r["split"] == "held out"]
     rows += [_pooled(rows, "all sources, all splits"), _pooled(held, "all sources, held out only")]
-    out = dict(commit=git_commit(), judge="offline-rules-v3", seconds=round(time.perf_counter() - t0, 1), rows=rows, skipped=skipped,
+    out = dict(commit=git_commit(), judge="offline-rules-v3" if llm is None else f"llm: {llm.model}", seconds=round(time.perf_counter() - t0, 1), rows=rows, skipped=skipped,
                unreadable_records=UNREADABLE, signals={src: signal_table(c) for src, c in signals.items()},
                note="machine shared with other jobs (2 cores); timings indicative only")
     Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
