@@ -10,12 +10,13 @@ from datetime import datetime, timezone
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['SOURCE_TYPES', 'SCHEMA_VERSION', 'LIMITS', 'MemoryValidationError', 'normalize_text', 'content_fingerprint',
-           'utc_now', 'parse_timestamp', 'MemoryItem', 'Finding']
+__all__ = ['SOURCE_TYPES', 'STATUSES', 'SCHEMA_VERSION', 'LIMITS', 'MemoryValidationError', 'normalize_text',
+           'content_fingerprint', 'utc_now', 'parse_timestamp', 'MemoryItem', 'Finding']
 
-# %% ../nbs/00_core.ipynb #ba21135c
+# %% ../nbs/00_core.ipynb #bccd5693
 SOURCE_TYPES = ("success", "failure", "seed", "contrastive")  # where a memory came from
-SCHEMA_VERSION = 1
+STATUSES = ("active", "quarantined")  # "active": used; any other status: kept but never used
+SCHEMA_VERSION = 2  # 2: `status` and `status_reasons` (items written by version 1 read as active)
 LIMITS = dict(
     id=128,
     title=200,
@@ -30,6 +31,8 @@ LIMITS = dict(
     example_queries=5,
     lineage=3,
     lineage_entry=16_000,
+    status_reasons=20,
+    status_reason=300,
 )
 
 # %% ../nbs/00_core.ipynb #db325ecb
@@ -62,7 +65,7 @@ def parse_timestamp(s: str) -> datetime:
     d = datetime.fromisoformat(s[:-1] + "+00:00" if s.endswith(("Z", "z")) else s)
     return d if d.tzinfo else d.replace(tzinfo=timezone.utc)
 
-# %% ../nbs/00_core.ipynb #f5f08641
+# %% ../nbs/00_core.ipynb #87b638cc
 @dataclass
 class MemoryItem:
     "One procedural memory: a strategy from a success or a pitfall from a failure."
@@ -86,6 +89,8 @@ class MemoryItem:
     provenance: dict = field(default_factory=dict)  # trajectory id, judge verdict, model, trust
     example_queries: list = field(default_factory=list)  # other tasks that produced it (merges)
     lineage: list = field(default_factory=list)  # earlier versions of its text (replaces), dicts
+    status: str = "active"  # one of STATUSES; only active items are searched, retrieved, injected
+    status_reasons: list = field(default_factory=list)  # one-line reasons for a non-active status
     schema_version: int = SCHEMA_VERSION
     extra: dict = field(default_factory=dict)  # unknown keys read from JSON, written back unchanged
 
@@ -158,18 +163,13 @@ def _check_history(example_queries, lineage):
             msg = f"an entry is larger than {LIMITS['lineage_entry']:,} characters"
             raise MemoryValidationError("lineage", msg)
 
-# %% ../nbs/00_core.ipynb #a2eae5d8
+# %% ../nbs/00_core.ipynb #4b8864c3
 def _check_numbers(m):
     "Raise unless the counters are non-negative ints and confidence is in [0, 1]."
     for name in ("access_count", "use_count", "success_count", "failure_count", "schema_version"):
         _check_count(name, getattr(m, name))
     c = m.confidence
-    if (
-        isinstance(c, bool)
-        or not isinstance(c, (int, float))
-        or not math.isfinite(c)
-        or not 0 <= c <= 1
-    ):
+    if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 <= c <= 1:  # NaN fails too
         raise MemoryValidationError("confidence", f"must be a number in [0, 1], got {c!r}")
 
 
@@ -196,7 +196,21 @@ def _check_dicts(m):
     if not isinstance(m.extra, dict):
         raise MemoryValidationError("extra", "must be a dict")
 
-# %% ../nbs/00_core.ipynb #da6b15df
+# %% ../nbs/00_core.ipynb #68bbd03f
+def _check_status(status, reasons):
+    "Raise unless `status` is one of `STATUSES` and `reasons` a short list of one-line texts."
+    if status not in STATUSES:
+        msg = f"{status!r} is not one of {', '.join(STATUSES)}"
+        raise MemoryValidationError("status", msg)
+    _check_list("status_reasons", reasons, LIMITS["status_reasons"])
+    for r in reasons:
+        _check_text("status_reasons", r, required=True, limit=LIMITS["status_reason"])
+        if "\n" in r or "\r" in r:
+            raise MemoryValidationError(
+                "status_reasons", f"each reason must be one line, got {r[:40]!r}"
+            )
+
+# %% ../nbs/00_core.ipynb #ce90fae0
 @patch
 def validate(self: MemoryItem) -> MemoryItem:
     "Raise `MemoryValidationError` naming the first bad field; return the item when it is valid."
@@ -214,6 +228,7 @@ def validate(self: MemoryItem) -> MemoryItem:
         raise MemoryValidationError("source_type", msg)
     _check_tags(self.tags)
     _check_history(self.example_queries, self.lineage)
+    _check_status(self.status, self.status_reasons)
     _check_numbers(self)
     _check_times(self)
     _check_dicts(self)
@@ -269,8 +284,23 @@ def to_dict(self: MemoryItem) -> dict:
     d["fingerprint"] = self.fingerprint
     return d
 
-# %% ../nbs/00_core.ipynb #47f1939f
-_NULL_AS_EMPTY = ("tags", "example_queries", "lineage")  # JSON null reads as an empty list
+# %% ../nbs/00_core.ipynb #66356783
+_ADDED_IN_V2 = ("status", "status_reasons")
+
+
+def _migrated(d: dict) -> dict:
+    "`d` in the current schema: an older item gains the current version and reads as active."
+    v = d.get("schema_version")
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < SCHEMA_VERSION:
+        return d
+    d = dict(d, schema_version=SCHEMA_VERSION)
+    for k in _ADDED_IN_V2:
+        if k in d:
+            d[f"v1_{k}"] = d.pop(k)
+    return d
+
+# %% ../nbs/00_core.ipynb #1d4708e9
+_NULL_AS_EMPTY = ("tags", "example_queries", "lineage", "status_reasons")  # JSON null: empty list
 
 
 @patch(cls_method=True)
@@ -278,6 +308,7 @@ def from_dict(cls: MemoryItem, d: dict) -> MemoryItem:
     "Build a validated item from a dict: missing fields defaulted, unknown keys kept in `extra`."
     if not isinstance(d, dict):
         raise MemoryValidationError("<item>", f"expected a JSON object, got {type(d).__name__}")
+    d = _migrated(d)
     known = {
         k: d[k] for k in _field_names() if k in d and not (k in _NULL_AS_EMPTY and d[k] is None)
     }
@@ -313,3 +344,15 @@ class Finding:
     @property
     def span(self) -> tuple[int, int]:
         return (self.start, self.end)
+
+# %% ../nbs/00_core.ipynb #d4379fa0
+def _reason_text(r) -> str:
+    "A `Finding` or a text as one status reason: one line, at most `LIMITS['status_reason']` long."
+    if isinstance(r, Finding):
+        where = f" in {r.field}" if r.field else ""
+        r = f"{r.layer or 'check'}/{r.category}{where}: {r.detail or repr(r.text)}"
+    if not isinstance(r, str):
+        raise TypeError(f"a reason must be a string or a Finding, got {type(r).__name__}")
+    s = " ".join(r.split())
+    lim = LIMITS["status_reason"]
+    return s if len(s) <= lim else s[: lim - 1] + "…"

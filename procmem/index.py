@@ -581,8 +581,17 @@ def _bound(
 
 # %% ../nbs/03_index.ipynb #5fc20dd3
 @patch
-def _finish(self: BM25Index, acc, cands, terms: list, m: int, avg: dict, rest: list, theta: float,
-            touched: list) -> tuple:
+def _finish(
+    self: BM25Index,
+    acc,
+    cands,
+    terms: list,
+    m: int,
+    avg: dict,
+    rest: list,
+    theta: float,
+    touched: list,
+) -> tuple:
     """(sorted docs, exact scores) of the candidates that can reach `theta`: the remaining terms are
     added one at a time, dropping after each the candidates that can no longer reach it."""
     cands = cands[acc[cands] + rest[m] >= theta]
@@ -848,7 +857,7 @@ def refresh(self: BM25Index) -> bool:
         self._sig = sig
     return True
 
-# %% ../nbs/03_index.ipynb #402027b2
+# %% ../nbs/03_index.ipynb #873243c5
 STORE_FIELDS = {"text": 1.0}
 _KEYWORDS = ("domain", "source_type")
 _TEXT_SQL = " || ' ' || ".join(
@@ -858,9 +867,11 @@ _TEXT_SQL = " || ' ' || ".join(
     ]
     + ["COALESCE((SELECT group_concat(value, ' ') FROM json_each(data, '$.example_queries')), '')"]
 )
-_ROWS_SQL = (
-    f"SELECT id, {_TEXT_SQL}, domain, source_type FROM memories WHERE rev > ? AND json_valid(data)"
+_ROWS_SQL = (  # {status}: the store's status column (or 'active' for a read-only format-2 store)
+    f"SELECT id, {_TEXT_SQL}, domain, source_type FROM memories "
+    "WHERE rev > ? AND json_valid(data) AND {status} = 'active'"
 )
+_INACTIVE_SQL = "SELECT id FROM memories WHERE rev > ? AND {status} <> 'active'"
 
 
 def memory_text(m: MemoryItem) -> str:
@@ -898,7 +909,7 @@ def _index(self: MemoryStore) -> BM25Index:
         self._bm25, self._bm25_rev = ix, self._adopt(ix)  # base + overlay reflect this revision
     return ix
 
-# %% ../nbs/03_index.ipynb #2816c7e9
+# %% ../nbs/03_index.ipynb #6cda2d1f
 @patch
 def _feed_index(self: MemoryStore, ix: BM25Index, bulk: bool = False):
     "Bring `ix` to the store's revision: changes go to its overlay, or (`bulk`) into a new base."
@@ -906,9 +917,11 @@ def _feed_index(self: MemoryStore, ix: BM25Index, bulk: bool = False):
         base = int(ix.meta.get("rev", 0)) if bulk else self._bm25_rev
         rev = int(c.execute("SELECT value FROM meta WHERE key='rev'").fetchone()[0])
         deleted = [r[0] for r in c.execute("SELECT id FROM tombstones WHERE rev > ?", (base,))]
+        inactive = c.execute(_INACTIVE_SQL.format(status=self._status_sql), (base,))
+        deleted += [r[0] for r in inactive]  # quarantined since: out of the index
         rows = (
             (i, text, dict(domain=d, source_type=st))
-            for i, text, d, st in c.execute(_ROWS_SQL, (base,))
+            for i, text, d, st in c.execute(_ROWS_SQL.format(status=self._status_sql), (base,))
         )
         if bulk:
             ix.flush(meta={"store_id": self.store_id, "rev": rev}, docs=rows, removed=deleted)
@@ -962,7 +975,7 @@ def sync_index(self: MemoryStore, flush: bool = False) -> BM25Index:
         self._rebuild_index()
         return self._index()
 
-# %% ../nbs/03_index.ipynb #87ee369f
+# %% ../nbs/03_index.ipynb #a2aeef24
 @patch
 def search(
     self: MemoryStore, query: str, k: int = 5, domain=None, source_type=None
@@ -973,9 +986,8 @@ def search(
         raise TypeError(f"query must be a string, got {type(query).__name__}")
     filters = {"domain": domain, "source_type": source_type}  # each a value or a list of values
     hits = self.sync_index().search(query, k, filters=filters)
-    items = {
-        m.id: m for m in self.get_many([i for i, _ in hits])
-    }  # an id deleted meanwhile is skipped
+    found = self.get_many([i for i, _ in hits])  # an id deleted meanwhile is skipped
+    items = {m.id: m for m in found if m.status == "active"}  # and one quarantined meanwhile
     return [(items[i], score) for i, score in hits if i in items]
 
 # %% ../nbs/03_index.ipynb #825e7c21
