@@ -34,7 +34,7 @@ setuptools.setup(
     url = cfg['git_url'],
     packages = setuptools.find_packages(include=['procmem', 'procmem.*']),
     include_package_data = True,
-    package_data = {'procmem': ['data/*.json']},
+    package_data = {'procmem': ['data/*.json', 'data/*.json.gz', 'data/*.NOTICE.md']},
     install_requires = requirements,
     extras_require={ 'dev': dev_requirements },
     dependency_links = cfg.get('dep_links','').split(),
