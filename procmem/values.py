@@ -183,30 +183,51 @@ def _ips(text: str):
         if re.search(r"[0-9a-fA-F]", m.group()) and _valid_ip(m.group().strip("[]")):
             yield "ip", m.start(), m.end()
 
-# %% ../nbs/01a_values.ipynb #288426cc
+# %% ../nbs/01a_values.ipynb #499f6a10
 _SECRET_DOTFILES = (
     r"env(?:\.[\w-]+)?|[\w-]*rc|netrc|pgpass|git-credentials|ssh|aws|gnupg|kube|docker"
 )
 _PATH_RX = re.compile(
-    r"(?<![\w.~/\\:<-])(?:~[\w-]*|\.{1,2})?/(?:[\w.@+,%=-]+/)*[\w.@+,%=-]*[\w@+%=-]/?"  # /x ~/x ./x
+    r"(?<![\w.~/\\:<)\]-])(?:~[\w-]*|\.{1,2})?/(?:[\w.@+,%=-]+/)*[\w.@+,%=-]*[\w@+%=-]/?"  # /x ~/x
     r"|(?<![\w.~/\\:-])(?:~|\.{1,2})/"  # ~/ ./ ../
     r"|\b[A-Za-z]:\\(?:[\w.@+ -]+\\)*[\w.@+-]+\\?"  # C:\Windows\x
     rf"|(?<![\w./\\-])\.(?:{_SECRET_DOTFILES})(?:/[\w.@+-]+)*(?![\w-])"  # .env .ssh/id_rsa
     r"|(?<![\w.~/\\:@-])[\w@+-][\w.@+-]*(?:/[\w.@+-]+)+/?"  # a/b/c
     r"|(?<![\w.~/\\:@-])[\w@+-][\w.@+-]*/(?![\w/])"  # dir/
-    r"|(?<![\w.~/\\:@-])[\w-][\w.@+-]*\.[A-Za-z]\w{0,9}(?![\w-]|\.\w)"  # file.ext
+    r"|(?<![\w.~/\\:@-])[\w-][\w.@+-]*\.[A-Za-z]\w{0,9}(?![\w-]|\.\w|\()"  # file.ext, not f()
 )
 
 
+_ROOTS = frozenset(
+    "bin boot dev etc home lib mnt opt private proc root run sbin srv sys tmp usr var Users"
+    " Volumes workspace testbed app data".split()
+)  # top-level directories: `/etc` alone is a path, `/should/` (emphasis) is not
+
+
+def _file_name(s: str) -> bool:
+    "A bare name.ext, not an abbreviation (u.s.a), a missing space (him.In) or shouting (OPEN.AI)."
+    parts = s.split(".")
+    if all(len(p) == 1 for p in parts):
+        return False
+    written = parts[-1]
+    return not (written[:1].isupper() and (written[1:].islower() or s.isupper()))
+
+
 def _is_path(s: str) -> bool:
-    "Absolute, home, ./, Windows and dot-file paths; relative ones need 3 parts, a / or a file."
-    if s[0] in "/~." or re.match(r"[A-Za-z]:\\", s):
-        return len(s) > 1 and not re.fullmatch(r"/[\d.,]+", s)
+    """Absolute, home, ./, Windows and dot-file paths (one absolute part: a root or a file);
+    relative ones need a file extension, a trailing / or 3 parts with a . _ - or digit."""
     leaf = s.rstrip("/").rsplit("/", 1)[-1]
     ext = leaf.rpartition(".")[2].lower() if "." in leaf else ""
+    if s[0] == "/" and s.rstrip("/").count("/") == 1:
+        return s.strip("/") in _ROOTS or ext in _file_exts() or bool(re.search(r"[_\d-]", s))
+    if s[0] in "/~." or re.match(r"[A-Za-z]:\\", s):
+        return len(s) > 1
+    if not re.search(r"[^\W\d_]", s):
+        return False  # 02/22/2022: a date
     if "/" not in s:
-        return ext in _file_exts()
-    return s.endswith("/") or s.count("/") >= 2 or ext in _file_exts()
+        return ext in _file_exts() and _file_name(s)
+    coded = s.count("/") >= 2 and re.search(r"[._\d-]", s)  # not a list like good/bad/ugly
+    return s.endswith("/") or bool(coded) or ext in _file_exts()
 
 
 def _paths(text: str):
@@ -275,12 +296,11 @@ def _numbers(text: str):
     for m in _NUMBER_RX.finditer(text):
         yield "number", m.start(), m.end()
 
-# %% ../nbs/01a_values.ipynb #bf54219e
+# %% ../nbs/01a_values.ipynb #61386e59
 _SHELL_RX = re.compile(
     r"(?i)(?:"
     r"\b(?:curl|wget|fetch|iwr|irm|invoke-webrequest|invoke-restmethod)\b[^\n|`]*\|\s*(?:sudo\s+)?"
-    r"(?:ba|z|k|da|fi)?sh\b|"  # pipe to shell
-    r"\b(?:curl|wget)\b[^\n|`]*\|\s*(?:sudo\s+)?(?:python[\d.]*|perl|ruby|node|php|iex)\b|"
+    r"(?:(?:ba|z|k|da|fi)?sh|python[\d.]*|perl|ruby|node|php|iex|invoke-expression)\b|"  # pipe to shell
     r"\b(?:ba|z|k)?sh\s+<\(|\bsource\s+<\(|"  # bash <(curl ...)
     r"\b(?:ba|z)?sh\s+-c\s+[\"']?\$\(\s*(?:curl|wget)|\beval\s+[\"']?\$\(|"
     r"\bbase64\s+(?:-d|--decode)\b[^\n`]*\|\s*(?:ba|z)?sh\b|"
@@ -289,6 +309,10 @@ _SHELL_RX = re.compile(
     r"\bchmod\s+(?:-R\s+)?(?:0?777|[ugoa]*\+s)\b|"
     r"/dev/tcp/|\bnc(?:at)?\s+[^\n`]*-[ec]\s+/bin/|"
     r"\b(?:curl|wget)\s+[^\n`|;&]*?(?:https?://|\b[\w-]+\.[\w.-]+)|"  # a download
+    r"\b(?:scp|rsync)\s+[^\n`|;&]*?[\w.-]+@?[\w.-]+:[\w~/.-]|"  # a copy to or from a remote host
+    r"\bssh\s+(?:-\S+\s+)*[\w.-]+@[\w.-]+|"  # ssh user@host
+    r"\b(?:mail|mailx|sendmail|mutt)\s+[^\n`|;&]*?[\w.+-]+@[\w-]+\.\w|"  # mail to an address
+    r"\bnc(?:at)?\s+(?:-\S+\s+)*[\w.-]+\s+\d{1,5}\b|"  # netcat to host port
     r"\binvoke-expression\b|\biex\s*\(|powershell(?:\.exe)?\s+[^\n`]*-e(?:nc|ncodedcommand)?\s+"
     r")"
 )
@@ -305,8 +329,8 @@ def _shells(text: str):
         last = max(m.end(), e.start() if e else len(text))
         yield "shell", m.start(), last
 
-# %% ../nbs/01a_values.ipynb #2856bab0
-_DETECTORS = (_urls, _emails, _ips, _accounts, _hosts, _ids, _paths, _numbers)  # by priority
+# %% ../nbs/01a_values.ipynb #6eeb45af
+_DETECTORS = (_urls, _emails, _ips, _accounts, _hosts, _paths, _ids, _numbers)  # by priority
 
 
 def _check_kinds(kinds) -> frozenset:
