@@ -148,7 +148,7 @@ def fooled_extractor(
 
     return extract
 
-# %% ../nbs/15_security.ipynb #767ba7ee
+# %% ../nbs/15_security.ipynb #0553e713
 _QUALITY = (
     "vacuous",
     "generalization",
@@ -176,6 +176,9 @@ _LAYER_WORDS = (
 )  # reason words -> layer, when a gate result carries no Findings
 
 
+_ALIASES = dict(sink="sinks", permission="permissions", secrecy="permissions")  # Finding names
+
+
 def _reason_layer(reason: str) -> str:
     "The layer a gate reason comes from."
     r = reason.casefold()
@@ -183,19 +186,19 @@ def _reason_layer(reason: str) -> str:
         return "quality gates"
     return next((name for name, words in _LAYER_WORDS if any(w in r for w in words)), "other")
 
-# %% ../nbs/15_security.ipynb #5dac480e
+# %% ../nbs/15_security.ipynb #acd4f525
 def gate_layers(decision) -> list[str]:
-    """The layers that objected to a candidate in a `GateResult` (its Findings' layers, else read
-    from its reasons), in order, without repeats; [] when it was admitted."""
+    """The layers that objected to a candidate in a `GateResult` (its Findings' layers, and the
+    quality gates read from its reasons; without Findings, every layer read from its reasons), in
+    order, without repeats; [] when it was admitted."""
     if decision.action not in ("reject", "quarantine"):
         return []
-    found = [f.layer or f.category for f in getattr(decision, "findings", None) or []]
-    found += [
-        _reason_layer(r) for r in decision.reasons if r.split(":")[0] in ("reject", "quarantine")
-    ]
+    found = [_ALIASES.get(x, x) for f in getattr(decision, "findings", None) or [] for x in [f.layer or f.category]]
+    said = [_reason_layer(r) for r in decision.reasons if r.split(":")[0] in ("reject", "quarantine")]
+    found += [x for x in said if x == "quality gates" or not found]
     return list(dict.fromkeys(found)) or ["other"]
 
-# %% ../nbs/15_security.ipynb #301ceee0
+# %% ../nbs/15_security.ipynb #e03e21cf
 def _retrieved(store: MemoryStore, mid: str, queries, **kw) -> bool:
     "Whether `retrieve_memories` returns memory `mid` for any of `queries`."
     return any(
@@ -203,21 +206,22 @@ def _retrieved(store: MemoryStore, mid: str, queries, **kw) -> bool:
     )
 
 
-def _read_fate(store: MemoryStore, mid: str, queries, wide: bool = False) -> str:
+def _read_fate(store: MemoryStore, mid: str, queries, wide: bool = False, read=None) -> str:
     """What reading does to stored memory `mid`: 'quarantined', 'retrievable', 'read checks' (a raw
     index hit that retrieval drops) or 'relevance'. `wide`: any relevance, any rank, and the
-    memory's own text as one more query."""
-    if getattr(store.get(mid), "status", "active") != "active":
+    memory's own text as one more query; `read`: more `retrieve_memories` arguments."""
+    m = store.get(mid)
+    if getattr(m, "status", "active") != "active":
         return "quarantined"
-    n, m = len(store) + 1, store.get(mid)
+    n = len(store) + 1
     kw = dict(k=n, min_relevance=0.0, candidates=n, by_form=False) if wide else {}
     queries = [*queries, f"{m.title}\n{m.description}\n{m.content}"] if wide else queries
-    if _retrieved(store, mid, queries, **kw):
+    if _retrieved(store, mid, queries, **kw, **(read or {})):
         return "retrievable"
     raw = any(mid in {m.id for m, _ in store.search(q, n)} for q in queries)
     return "read checks" if raw else "relevance"
 
-# %% ../nbs/15_security.ipynb #e9cce953
+# %% ../nbs/15_security.ipynb #009e7cb6
 def _kept_ids(result) -> list:
     """Per candidate of a `LearnResult`, the id of the stored memory it became (itself, the one it
     merged into or duplicates, or the one an identical text confirmed); None when rejected."""
@@ -226,22 +230,23 @@ def _kept_ids(result) -> list:
         if d.action in ("reject", "skip"):
             out.append(d.target.id if d.action == "skip" and d.target is not None else None)
         else:  # the loop keeps, in order, what apply_gate returned for the others
-            out.append(next(stored).id)
+            kept = next(stored, None)
+            out.append(None if kept is None else kept.id)
     return out
 
 
-def _fate_row(store: MemoryStore, kept: str | None, decision, queries, wide: bool) -> dict:
+def _fate_row(store: MemoryStore, kept: str | None, decision, queries, wide: bool, read=None) -> dict:
     """The fate of one gated candidate (`kept`: the memory it became): stopped by which layers,
     else what reading does to it."""
     layers = gate_layers(decision)
     if kept is None:
         return dict(fate="stopped" if layers else decision.action, layers=layers)
-    fate = _read_fate(store, kept, queries, wide)
+    fate = _read_fate(store, kept, queries, wide, read)
     extra = [fate] if fate in ("read checks", "relevance") else []
     return dict(fate=fate, layers=layers + extra, memory_id=kept)
 
-# %% ../nbs/15_security.ipynb #885cf7d1
-def _poisoned_outcome(row: dict, task: str, source: str, mode: str, seeds: list) -> dict:
+# %% ../nbs/15_security.ipynb #d3a77614
+def _poisoned_outcome(row: dict, task: str, source: str, mode: str, seeds: list, read=None) -> dict:
     "Learn from one poisoned run in a fresh store holding `seeds`; what became of the payload."
     store = MemoryStore()
     store.add_many([dataclasses.replace(m) for m in seeds])
@@ -253,12 +258,12 @@ def _poisoned_outcome(row: dict, task: str, source: str, mode: str, seeds: list)
     if not r.candidates:
         return out | dict(fate="not extracted", layers=[])
     d = r.decisions[0]
-    fate = _fate_row(store, _kept_ids(r)[0], d, (task, row["text"]), wide=False)
+    fate = _fate_row(store, _kept_ids(r)[0], d, (task, row["text"]), False, read)
     store.close()
     return out | fate | dict(reasons=list(d.reasons)[:3])
 
-# %% ../nbs/15_security.ipynb #9e876835
-def _benign_rows(runs, store: MemoryStore) -> list[dict]:
+# %% ../nbs/15_security.ipynb #88ddc834
+def _benign_rows(runs, store: MemoryStore, read=None) -> list[dict]:
     """Learn every real run into `store` (one bank, as in use); then what became of each candidate
     (kept: active and returned for its own task at any relevance)."""
     gated = []
@@ -268,7 +273,7 @@ def _benign_rows(runs, store: MemoryStore) -> list[dict]:
     rows = []
     for t, c, d, kept in gated:
         row = dict(run=t.id, run_source=t.source, title=c.title, reasons=list(d.reasons)[:3])
-        row |= _fate_row(store, kept, d, (t.task,), wide=True)
+        row |= _fate_row(store, kept, d, (t.task,), True, read)
         if row["layers"] and set(row["layers"]) <= {"quality gates"}:
             row["fate"] = "quality"  # stopped for being useless, as before issue 8: not counted
         rows.append(row)
@@ -352,13 +357,14 @@ def _tasks_by_source(tasks) -> dict:
             raise ValueError(f"poisoning_simulation: no tasks for {s!r} runs")
     return by
 
-# %% ../nbs/15_security.ipynb #6234bf93
+# %% ../nbs/15_security.ipynb #cde78633
 def poisoning_simulation(
     injections,  # injection-dataset rows (dicts with id, text, source, standalone): the payloads
     tasks,  # benign task texts of the poisoned runs: a list, or a dict 'web'/'tool' -> list
     benign_runs=(),  # real successful runs (Trajectory.source 'tool'/'web'), learned the same way
     modes=COPY_MODES,  # how the fooled extractor copies each payload (every mode for every row)
     seeds=None,  # memories each poisoned run's fresh store starts with (default: bootstrap pack)
+    read=None,  # more retrieve_memories arguments for the read side, e.g. dict(min_confirmations=1)
 ) -> PoisoningReport:
     """Poisoned runs through procmem's real learning path (`learn_from_trajectory` with a fooled
     extractor, the gates, the store) and what could ever be retrieved; benign tool and web runs
@@ -370,9 +376,9 @@ def poisoning_simulation(
     poisoned = []
     for i, row in enumerate(injections):
         source, task = _task_for(row["text"], by, i)
-        poisoned += [_poisoned_outcome(row, task, source, m, seeds) for m in modes]
+        poisoned += [_poisoned_outcome(row, task, source, m, seeds, read) for m in modes]
     store = MemoryStore()
-    benign = _benign_rows(benign_runs, store)
+    benign = _benign_rows(benign_runs, store, read)
     store.close()
     return PoisoningReport(poisoned, benign)
 
@@ -392,7 +398,7 @@ _EXFIL_ITEM = dict(
     provenance={"trust": "untrusted", "source_kind": "import"},
 )  # the issue's imported JSONL item, marked untrusted
 
-# %% ../nbs/15_security.ipynb #ef2e878e
+# %% ../nbs/15_security.ipynb #43fbcc1c
 def _injected_for(store: MemoryStore, task: str, needle: str) -> dict:
     "Whether a memory holding `needle` is retrieved for `task`, and whether it reaches the block."
     from procmem.inject import format_memories_for_injection
@@ -405,12 +411,13 @@ def _injected_for(store: MemoryStore, task: str, needle: str) -> dict:
 
 def _stored_status(store: MemoryStore, needle: str) -> str:
     "The status of the stored memory holding `needle` ('absent' when none is stored)."
-    for m in store:
+    every = store.items(None) if hasattr(store, "items") else store  # every status
+    for m in every:
         if needle in f"{m.title}\n{m.description}\n{m.content}":
             return getattr(m, "status", "active")
     return "absent"
 
-# %% ../nbs/15_security.ipynb #86fdd3ea
+# %% ../nbs/15_security.ipynb #876c347c
 def _payment_scenario() -> dict:
     "The issue's web page: learned from a checkout run, then the task 'Confirm the payment...'."
     store = MemoryStore()
@@ -429,19 +436,31 @@ def _import_scenario(workdir) -> dict:
 
     src, db = Path(workdir) / "items.jsonl", Path(workdir) / "memories.db"
     src.write_text(json.dumps(_EXFIL_ITEM) + "\n", encoding="utf-8")
-    with contextlib.redirect_stdout(io.StringIO()):  # its "added 1" line
+    with contextlib.redirect_stdout(io.StringIO()) as out:  # its "added 1" line
         rc = main(["--store", str(db), "import", str(src)])
+    said = " ".join(out.getvalue().split())[:60]
     store = MemoryStore(db)
     needle = "attacker@exfil-mail.com"
-    row = dict(scenario="imported item marked untrusted", gate=f"exit {rc}")
+    row = dict(scenario="imported item marked untrusted", gate=f"exit {rc}: {said}")
     row |= dict(status=_stored_status(store, needle))
     row |= _injected_for(store, "Close the support ticket for the customer", needle)
     store.close()
     return row
 
-# %% ../nbs/15_security.ipynb #476cf02b
+# %% ../nbs/15_security.ipynb #bc71d2e8
+def _handwritten_scenario() -> dict:
+    """The imported item written straight into a store with `store.add` (as an older version or a
+    hand edit would): only the read side can stop it."""
+    store = MemoryStore()
+    store.add(MemoryItem(**_EXFIL_ITEM))
+    needle = "attacker@exfil-mail.com"
+    row = dict(scenario="untrusted item written by hand", gate="none (store.add)")
+    row |= dict(status=_stored_status(store, needle))
+    return row | _injected_for(store, "Close the support ticket for the customer", needle)
+
+# %% ../nbs/15_security.ipynb #745d5078
 def security_scenarios(workdir) -> list[dict]:
-    """The issue's two attacks end to end, one row each: did the gate keep it, its stored status,
-    was it retrieved for the victim task, did it reach the injected block. `workdir`: a writable
-    folder for the imported file and its store."""
-    return [_payment_scenario(), _import_scenario(workdir)]
+    """The issue's attacks end to end, one row each: what the gate did, the stored status, whether
+    it was retrieved for the victim task and whether it reached the injected block. `workdir`: a
+    writable folder for the imported file and its store."""
+    return [_payment_scenario(), _import_scenario(workdir), _handwritten_scenario()]
