@@ -24,10 +24,10 @@ from procmem.trajectory import (
 from .ingest import as_trajectory
 
 # %% auto #0
-__all__ = ['MAX_ITEMS', 'OFFLINE_EXTRACTOR', 'TRUST_LEVELS', 'SOURCE_TRUST', 'SUCCESS_SYSTEM', 'FAILURE_SYSTEM',
-           'CONTRASTIVE_SYSTEM', 'MAX_STEPS', 'MAX_RUN_STEPS', 'Extraction', 'trust_for_source', 'arg_placeholder',
-           'despecify', 'ExtractedMemory', 'MemoryReply', 'extraction_prompt', 'without_injected', 'extract_memories',
-           'contrastive_prompt', 'extract_memories_contrastive']
+__all__ = ['MAX_ITEMS', 'OFFLINE_EXTRACTOR', 'SUCCESS_SYSTEM', 'FAILURE_SYSTEM', 'CONTRASTIVE_SYSTEM', 'MAX_STEPS',
+           'MAX_RUN_STEPS', 'Extraction', 'arg_placeholder', 'despecify', 'ExtractedMemory', 'MemoryReply',
+           'extraction_prompt', 'without_injected', 'extract_memories', 'contrastive_prompt',
+           'extract_memories_contrastive']
 
 # %% ../nbs/10_extract.ipynb #de01d5b6
 _log = logging.getLogger("procmem.extract")  # every reason is logged here
@@ -68,28 +68,14 @@ def _note(reasons: list, msg: str, level: int = logging.WARNING):
     reasons.append(msg)
     _log.log(level, msg)
 
-# %% ../nbs/10_extract.ipynb #7f439633
-TRUST_LEVELS = ("trusted", "user", "untrusted")  # from most to least trusted
-SOURCE_TRUST = {
-    "web": "untrusted",
-    "tool": "untrusted",
-    "email": "untrusted",
-    "file": "untrusted",
-    "api": "untrusted",
-    "user": "user",
-    "operator": "trusted",
-    "system": "trusted",
-}
-
-
-def trust_for_source(
-    source: str | None,  # where a run's observations came from (`Trajectory.source`)
-) -> str:
-    """The trust level of memories learned from observations of kind `source`; missing or unknown
-    sources are 'untrusted'."""
-    if not isinstance(source, str):
-        return "untrusted"
-    return SOURCE_TRUST.get(source.strip().casefold(), "untrusted")
+# %% ../nbs/10_extract.ipynb #4effea8c
+from procmem.trust import (
+    TRUST_LEVELS,
+    SOURCE_TRUST,
+    trust_for_source,
+    provenance_source,
+    least_trusted,
+)
 
 # %% ../nbs/10_extract.ipynb #0fb8bb28
 _URL = re.compile(r"\b(?:https?|ftp|file)://[^\s<>\"'`)\]]+|\bwww\.[^\s<>\"'`)\]]+", re.I)
@@ -1435,7 +1421,7 @@ def _model_name(llm) -> str | None:
     "The model an LLM backend calls (None offline)."
     return None if llm is None else str(getattr(llm, "model", None) or type(llm).__name__)
 
-# %% ../nbs/10_extract.ipynb #cb616f57
+# %% ../nbs/10_extract.ipynb #f5e20278
 def _provenance(a: TrajectoryArtifact, j: Judgment, model: str | None, extractor: str) -> dict:
     "What a memory from one judged run records about where it came from."
     return {
@@ -1446,6 +1432,7 @@ def _provenance(a: TrajectoryArtifact, j: Judgment, model: str | None, extractor
         "failure_class": j.failure_class,
         "model": model,
         "extractor": extractor,
+        "source": provenance_source(a.source),
         "source_kind": a.source or "unknown",
         "trust": trust_for_source(a.source),
     }
@@ -1699,7 +1686,7 @@ def contrastive_prompt(
     )
     return CONTRASTIVE_SYSTEM.replace("{n}", str(max_items)), user
 
-# %% ../nbs/10_extract.ipynb #e1bf86b2
+# %% ../nbs/10_extract.ipynb #93fbf57d
 def _check_runs(artifacts, judgments) -> tuple[list[TrajectoryArtifact], list[Judgment]]:
     "The runs and their judgments, checked: lists of one length, at least one run, all of one task."
     for name, v, want in (
@@ -1726,6 +1713,11 @@ def _check_runs(artifacts, judgments) -> tuple[list[TrajectoryArtifact], list[Ju
     return arts, js
 
 
+def _distrust(source: str | None) -> int:
+    "How little text from `source` is trusted (the index of its level in TRUST_LEVELS)."
+    return TRUST_LEVELS.index(trust_for_source(source))
+
+
 def _group_provenance(keep: list, model: str | None, extractor: str) -> dict:
     "What a contrastive memory records about the (artifact, judgment) pairs it came from."
     return {
@@ -1735,8 +1727,9 @@ def _group_provenance(keep: list, model: str | None, extractor: str) -> dict:
         "judge": ", ".join(sorted({j.judge for _, j in keep})),
         "model": model,
         "extractor": extractor,
+        "source": provenance_source(max((a.source for a, _ in keep), key=_distrust)),
         "source_kind": ", ".join(sorted({a.source or "unknown" for a, _ in keep})),
-        "trust": max((trust_for_source(a.source) for a, _ in keep), key=TRUST_LEVELS.index),
+        "trust": least_trusted(*(trust_for_source(a.source) for a, _ in keep)),
     }
 
 

@@ -492,7 +492,7 @@ def test_llm_success_extraction():
     assert m.task_query == llm_cases()["success"][0].task and m.domain == "general" and m.confidence == 0.1
     assert m.provenance == {"trajectory_id": "reflexion-t1-42ab0f68eb", "judge_verdict": "success", "judge_confidence": 0.9, "judge": JUDGE,
                             "failure_class": None, "model": "claude-haiku-5-5", "extractor": "llm:claude-haiku-5-5",
-                            "source_kind": "web", "trust": "untrusted"}
+                            "source": "web", "source_kind": "web", "trust": "untrusted"}
     body = fake.requests[0]["body"]
     assert "SUCCESSFUL" in body["system"] and "WHY it worked" in body["system"]
     assert body["output_config"]["format"]["schema"]["required"] == ["memories"]
