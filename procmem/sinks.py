@@ -89,19 +89,14 @@ def _folded_texts(texts, name: str) -> list[str]:
         raise TypeError(f"sink_findings: {name} must be strings, got {bad[0]}")
     return [fold_text(t) for t in texts]
 
-# %% ../nbs/11c_sinks.ipynb #269b3dbf
+# %% ../nbs/11c_sinks.ipynb #a57961f1
 def _field_sinks(text: str) -> list[tuple[Value, str]]:
-    "(value, note) for the sinks of one field: on the text, then any only the folded text shows."
-    found = [(v, "") for v in _sinks(text)]
+    """(value, note) for the sinks of one field: on the text, or on the folded text when folding
+    changes more than case (a zero-width space inside an address would cut it in two)."""
     folded = fold_text(text)
-    if folded != text.lower():
-        seen = {_norm(v.kind, v.text) for v, _ in found}
-        found += [
-            (v, "; span on the folded text")
-            for v in _sinks(folded)
-            if _norm(v.kind, v.text) not in seen
-        ]
-    return found
+    if folded == text.lower():
+        return [(v, "") for v in _sinks(text)]
+    return [(v, "; span on the folded text") for v in _sinks(folded)]
 
 
 def _where(value: str, kind: str, untrusted: list[str]) -> str:
@@ -129,7 +124,7 @@ def sink_findings(
             out.append(Finding("sink", v.start, v.end, v.text[:200], "sink", field, detail))
     return out
 
-# %% ../nbs/11c_sinks.ipynb #c37980bc
+# %% ../nbs/11c_sinks.ipynb #4060b1ed
 _W = r"(?:[\s,;:()\"'*_-]+\w+){0,3}[\s,;:()\"'*_-]+"  # up to three words in between
 _WORDS = r"(?:\s+\w+){0,3}\s+"  # up to three plain words in between
 _NOT = r"(?:do\s*n[o']t|never)"  # 'do not', 'don't', 'never' (folded: ASCII apostrophe)
@@ -191,6 +186,11 @@ _PERMISSION = [  # (pattern on folded text, why)
         rf"{_WORDS}{_SECRET}\b",
         "discloses credentials",
     ),
+    (
+        r"\b(?:change|set|reset|update)\s+(?:the\s+|your\s+|their\s+|the\s+user'?s\s+)?"
+        r"(?:password|passcode|pin)(?:\s+of\s+(?:the\s+)?(?:user|account))?\s+to\s+(?!the\s+one)\S",
+        "sets a credential",
+    ),
 ]
 _SECRECY = [  # (pattern on folded text, why)
     (
@@ -210,7 +210,7 @@ _SECRECY = [  # (pattern on folded text, why)
     ),
     (
         r"\bwithout\s+(?:informing|telling|notifying|alerting|asking|consulting|warning)"
-        rf"\s+{_PERSON}\b",
+        rf"\s+(?:{_PERSON}|me|us|anyone)\b",
         "hides from the user",
     ),
     (

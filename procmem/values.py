@@ -296,7 +296,7 @@ def _numbers(text: str):
     for m in _NUMBER_RX.finditer(text):
         yield "number", m.start(), m.end()
 
-# %% ../nbs/01a_values.ipynb #61386e59
+# %% ../nbs/01a_values.ipynb #81bdb335
 _SHELL_RX = re.compile(
     r"(?i)(?:"
     r"\b(?:curl|wget|fetch|iwr|irm|invoke-webrequest|invoke-restmethod)\b[^\n|`]*\|\s*(?:sudo\s+)?"
@@ -311,7 +311,8 @@ _SHELL_RX = re.compile(
     r"\b(?:curl|wget)\s+[^\n`|;&]*?(?:https?://|\b[\w-]+\.[\w.-]+)|"  # a download
     r"\b(?:scp|rsync)\s+[^\n`|;&]*?[\w.-]+@?[\w.-]+:[\w~/.-]|"  # a copy to or from a remote host
     r"\bssh\s+(?:-\S+\s+)*[\w.-]+@[\w.-]+|"  # ssh user@host
-    r"\b(?:mail|mailx|sendmail|mutt)\s+[^\n`|;&]*?[\w.+-]+@[\w-]+\.\w|"  # mail to an address
+    r"\b(?:mailx?\s+(?:-\w\s+(?:\"[^\"\n]*\"|'[^'\n]*'|\S+)\s+)+|(?:sendmail|mutt)\s+(?:-\S+\s+)*)"
+    r"[\w.+-]+@[\w-]+\.\w|"  # mail -s subj to an address
     r"\bnc(?:at)?\s+(?:-\S+\s+)*[\w.-]+\s+\d{1,5}\b|"  # netcat to host port
     r"\binvoke-expression\b|\biex\s*\(|powershell(?:\.exe)?\s+[^\n`]*-e(?:nc|ncodedcommand)?\s+"
     r")"
