@@ -12,10 +12,11 @@ The result is stored under `--label` in the output file (other labels are kept),
 measured before the issue-8 layers stays next to the current numbers.
 """
 from __future__ import annotations
-import argparse, json, sys, tempfile, time
+import argparse, inspect, json, sys, tempfile, time
 from datetime import datetime, timezone
 
 from _common import REPO, git_commit
+from procmem.retrieval import retrieve_memories
 from procmem.security import (
     injection_rows, poisoning_simulation, security_scenarios, _real_runs, _sim_tasks,
 )
@@ -32,17 +33,24 @@ def measure(split: str) -> dict:
     secs = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as d:
         scenarios = security_scenarios(d)
+    strict = None
+    if "min_confirmations" in inspect.signature(retrieve_memories).parameters:
+        rep1 = poisoning_simulation(rows, _sim_tasks(DATA), runs, read=dict(min_confirmations=1))
+        strict = dict(summary=rep1.summary(), by_layer=rep1.by_layer())
     lost = [b for b in rep.benign if b["fate"] not in ("quality", "retrievable")]
     return dict(
         commit=git_commit(), date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         split=split, seconds=round(secs, 1), summary=rep.summary(), by_layer=rep.by_layer(),
         by_mode=rep.by("mode"), by_run_source=rep.by("run_source"), by_source=rep.by("source"),
         by_standalone={str(k): v for k, v in rep.by("standalone").items()},
+        benign_by_format=rep.by("format", benign=True),
+        benign_by_run_source=rep.by("run_source", benign=True),
         retrievable_examples=[dict(id=r["id"], mode=r["mode"], task=r["task"][:80])
                               for r in rep.poisoned if r["fate"] == "retrievable"][:10],
         benign_lost=[dict(run=b["run"], title=b["title"], layers=b["layers"], reasons=b["reasons"])
                      for b in lost][:20],
         scenarios=scenarios,
+        min_confirmations_1=strict,  # the stricter read side, when retrieval has it
     )
 
 

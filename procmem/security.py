@@ -262,7 +262,7 @@ def _poisoned_outcome(row: dict, task: str, source: str, mode: str, seeds: list,
     store.close()
     return out | fate | dict(reasons=list(d.reasons)[:3])
 
-# %% ../nbs/15_security.ipynb #88ddc834
+# %% ../nbs/15_security.ipynb #43e39249
 def _benign_rows(runs, store: MemoryStore, read=None) -> list[dict]:
     """Learn every real run into `store` (one bank, as in use); then what became of each candidate
     (kept: active and returned for its own task at any relevance)."""
@@ -272,7 +272,8 @@ def _benign_rows(runs, store: MemoryStore, read=None) -> list[dict]:
         gated += [(t, c, d, k) for c, d, k in zip(r.candidates, r.decisions, _kept_ids(r))]
     rows = []
     for t, c, d, kept in gated:
-        row = dict(run=t.id, run_source=t.source, title=c.title, reasons=list(d.reasons)[:3])
+        row = dict(run=t.id, run_source=t.source, format=(t.metadata or {}).get("format") or "generic")
+        row |= dict(title=c.title, reasons=list(d.reasons)[:3])
         row |= _fate_row(store, kept, d, (t.task,), True, read)
         if row["layers"] and set(row["layers"]) <= {"quality gates"}:
             row["fate"] = "quality"  # stopped for being useless, as before issue 8: not counted
@@ -316,15 +317,17 @@ class PoisoningReport:
             benign_kept=_share(bn, "retrievable"),
         )
 
-# %% ../nbs/15_security.ipynb #ade683c9
+# %% ../nbs/15_security.ipynb #d2b998f3
 @patch
-def by(self: PoisoningReport, key: str) -> dict:
-    "Poisoned retrievable share per value of `key` ('mode', 'run_source', 'source', 'standalone')."
+def by(self: PoisoningReport, key: str, benign: bool = False) -> dict:
+    """Poisoned retrievable share per value of `key` ('mode', 'run_source', 'source', 'standalone');
+    `benign`: the benign kept share per value of `key` ('run_source', 'format')."""
+    rows = [b for b in self.benign if b["fate"] != "quality"] if benign else self.poisoned
     groups = {}
-    for r in self.poisoned:
+    for r in rows:
         groups.setdefault(r[key], []).append(r)
-    return {k: dict(runs=len(v), retrievable=_share(v, "retrievable")) for k, v in groups.items()}
-
+    name = "kept" if benign else "retrievable"
+    return {k: {"rows": len(v), name: _share(v, "retrievable")} for k, v in groups.items()}
 
 @patch
 def by_layer(self: PoisoningReport) -> dict:

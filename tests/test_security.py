@@ -28,7 +28,7 @@ needs_data = pytest.mark.skipif(
     not (INJECTIONS.exists() and TASKS.exists()),
     reason=f"shared data missing: {INJECTIONS} or {TASKS} not found",
 )
-SAMPLE = 150  # held-out injections (x 3 copy modes), fixed seed: the notebook's sample
+SAMPLE = 100  # held-out injections (x 3 copy modes), fixed seed
 
 
 @pytest.fixture(scope="module")
