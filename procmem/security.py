@@ -193,8 +193,14 @@ def gate_layers(decision) -> list[str]:
     order, without repeats; [] when it was admitted."""
     if decision.action not in ("reject", "quarantine"):
         return []
-    found = [_ALIASES.get(x, x) for f in getattr(decision, "findings", None) or [] for x in [f.layer or f.category]]
-    said = [_reason_layer(r) for r in decision.reasons if r.split(":")[0] in ("reject", "quarantine")]
+    found = [
+        _ALIASES.get(x, x)
+        for f in getattr(decision, "findings", None) or []
+        for x in [f.layer or f.category]
+    ]
+    said = [
+        _reason_layer(r) for r in decision.reasons if r.split(":")[0] in ("reject", "quarantine")
+    ]
     found += [x for x in said if x == "quality gates" or not found]
     return list(dict.fromkeys(found)) or ["other"]
 
@@ -235,7 +241,9 @@ def _kept_ids(result) -> list:
     return out
 
 
-def _fate_row(store: MemoryStore, kept: str | None, decision, queries, wide: bool, read=None) -> dict:
+def _fate_row(
+    store: MemoryStore, kept: str | None, decision, queries, wide: bool, read=None
+) -> dict:
     """The fate of one gated candidate (`kept`: the memory it became): stopped by which layers,
     else what reading does to it."""
     layers = gate_layers(decision)
@@ -272,7 +280,9 @@ def _benign_rows(runs, store: MemoryStore, read=None) -> list[dict]:
         gated += [(t, c, d, k) for c, d, k in zip(r.candidates, r.decisions, _kept_ids(r))]
     rows = []
     for t, c, d, kept in gated:
-        row = dict(run=t.id, run_source=t.source, format=(t.metadata or {}).get("format") or "generic")
+        row = dict(
+            run=t.id, run_source=t.source, format=(t.metadata or {}).get("format") or "generic"
+        )
         row |= dict(title=c.title, reasons=list(d.reasons)[:3])
         row |= _fate_row(store, kept, d, (t.task,), True, read)
         if row["layers"] and set(row["layers"]) <= {"quality gates"}:
@@ -328,6 +338,7 @@ def by(self: PoisoningReport, key: str, benign: bool = False) -> dict:
         groups.setdefault(r[key], []).append(r)
     name = "kept" if benign else "retrievable"
     return {k: {"rows": len(v), name: _share(v, "retrievable")} for k, v in groups.items()}
+
 
 @patch
 def by_layer(self: PoisoningReport) -> dict:
