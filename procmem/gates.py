@@ -276,9 +276,17 @@ def _version(m: MemoryItem) -> dict:
         "replaced_at": utc_now(),
     }
 
-# %% ../nbs/11_gates.ipynb #fd5e6082
+# %% ../nbs/11_gates.ipynb #0da3bb6c
+def _still_active(target: MemoryItem) -> MemoryItem:
+    "`target`, unless it was quarantined since the search found it (StoreConflictError then)."
+    if target.status != "active":
+        raise StoreConflictError(f"memory {target.id!r} is {target.status}, not active: not merged")
+    return target
+
+
 def _replacement(target: MemoryItem, new: MemoryItem) -> MemoryItem:
     "`new`'s text under `target`'s identity, with a fresh record; the old version in `lineage`."
+    _still_active(target)
     tags = list(dict.fromkeys([*target.tags, *new.tags]))[: LIMITS["tags"]]
     out = dataclasses.replace(
         new,
@@ -289,7 +297,7 @@ def _replacement(target: MemoryItem, new: MemoryItem) -> MemoryItem:
         extra={**target.extra, **new.extra},
         example_queries=list(target.example_queries),
         lineage=list(target.lineage),
-        provenance=_merged_provenance(target.provenance, new.provenance, target.fingerprint)
+        provenance=_merged_provenance(target.provenance, new.provenance, target.fingerprint),
     )
     if target.task_query and target.task_query != out.task_query:
         out.add_example_query(
@@ -301,7 +309,7 @@ def _replacement(target: MemoryItem, new: MemoryItem) -> MemoryItem:
 def _merged(target: MemoryItem, new: MemoryItem) -> MemoryItem:
     """`target` confirmed, with `new`'s task as one more example query; an independent
     confirmation (a run of another task, see `procmem.trust`) is counted in its provenance."""
-    record_confirmation(target, new)
+    record_confirmation(_still_active(target), new)
     return target.confirm().add_example_query(new.task_query or "")
 
 # %% ../nbs/11_gates.ipynb #7a922672
@@ -923,7 +931,7 @@ def _checked(sinks: bool) -> dict:
     "What a stored candidate passed, for `provenance['checked']`."
     return {"scanner": SCANNER_VERSION, "permissions": True, "sinks": sinks}
 
-# %% ../nbs/11_gates.ipynb #cbcfa364
+# %% ../nbs/11_gates.ipynb #728d6282
 def run_gates(
     candidate: MemoryItem,  # the memory the extractor proposes
     store: MemoryStore,  # the bank it would go into
@@ -940,6 +948,7 @@ def run_gates(
     _check_store(fn, store)
     _check_task(fn, task)
     minimum = _check_threshold(fn, min_generalization)
+    _run_texts(fn, texts, task)  # checked here, so an error names run_gates
     guessed = [v for v, strong in _guesses(task or "") if strong]
     values = list(dict.fromkeys(_task_values(fn, task_values) + guessed))
     reasons = _provenance_rejections(candidate, _injected(fn, injected))
@@ -987,13 +996,27 @@ def apply_gate(
     )
     return apply_dedup(d, _with_checks(candidate, result.checked), store)
 
-# %% ../nbs/11_gates.ipynb #4a95ca39
+# %% ../nbs/11_gates.ipynb #b471fa83
 def _admitted(item: MemoryItem, trust: str, source: str) -> MemoryItem:
     "`item` labelled with `source` and the least trusted of `trust` and its own label."
     p = item.provenance
     level = least_trusted(trust, *_labels(item))
     declared = {"declared_source": p["source"]} if p.get("source") not in (None, source) else {}
     return dataclasses.replace(item, provenance={**p, **declared, "source": source, "trust": level})
+
+
+def _check_admit(item, store, trust, source):
+    "Raise for a bad item, store, trust level or source."
+    _check_item("admit_memory", item)
+    _check_store("admit_memory", store)
+    if trust not in TRUST_LEVELS:
+        raise ValueError(
+            f"admit_memory: trust must be one of {', '.join(TRUST_LEVELS)}, got {trust!r}"
+        )
+    if source not in PROVENANCE_SOURCES:
+        raise ValueError(
+            f"admit_memory: source must be one of {', '.join(PROVENANCE_SOURCES)}, got {source!r}"
+        )
 
 
 def admit_memory(
@@ -1005,26 +1028,15 @@ def admit_memory(
 ) -> GateResult:
     """Gate and store a memory that did not come from a run, like a learned one; the result's
     `.stored` is what was stored (None: rejected or skipped)."""
-    _check_item("admit_memory", item)
-    _check_store("admit_memory", store)
-    if trust not in TRUST_LEVELS:
-        raise ValueError(
-            f"admit_memory: trust must be one of {', '.join(TRUST_LEVELS)}, got {trust!r}"
-        )
-    if source not in PROVENANCE_SOURCES:
-        raise ValueError(
-            f"admit_memory: source must be one of {', '.join(PROVENANCE_SOURCES)}, got {source!r}"
-        )
+    _check_admit(item, store, trust, source)
     cand = _admitted(item, trust, source)
+    if cand.status != "active":  # an import never lifts a quarantine: kept as it is
+        why = [f"quarantine: the item is {cand.status} already", *cand.status_reasons[:4]]
+        return GateResult("quarantine", reasons=why, stored=store.add(cand))
     text = "\n".join([cand.title, cand.description, cand.content, ", ".join(cand.tags)])
     own = "untrusted" if item_trust(cand) == "untrusted" else "trusted"
     texts = {"trusted": [], "untrusted": []} | {own: [text]}
-    result = run_gates(
-        cand,
-        store,
-        task=cand.task_query or None,
-        texts=texts,
-        min_generalization=min_generalization,
-    )
+    task = cand.task_query or None
+    result = run_gates(cand, store, task=task, texts=texts, min_generalization=min_generalization)
     result.stored = apply_gate(result, cand, store)
     return result
