@@ -643,7 +643,7 @@ def __iter__(self: MemoryStore):
     """Iterate over the active readable memories in insertion order (`items` for other statuses)."""
     return self.items()
 
-# %% ../nbs/02_store.ipynb #20b72ba2
+# %% ../nbs/02_store.ipynb #4ccd9e6a
 def _status_filter(status) -> tuple:
     "The statuses asked for: a name, an iterable of names, or None for all; unknown names raise."
     wanted = STATUSES if status is None else (status,) if isinstance(status, str) else tuple(status)
@@ -677,14 +677,15 @@ def items(self: MemoryStore, status="active"):
 
 
 @patch
-def count(self: MemoryStore, status="active") -> int:
-    "How many rows have `status` (a name, several, or None: all), unreadable rows included."
+def count(self: MemoryStore, status="active", domain: str | None = None) -> int:
+    """How many rows have `status` (a name, several, or None: all), in `domain` if given; unreadable
+    rows included."""
     wanted = _status_filter(status)
-    sql = (
-        f"SELECT count(*) FROM memories WHERE {self._status_sql} IN ({','.join('?' * len(wanted))})"
-    )
+    marks = ",".join("?" * len(wanted))
+    sql = f"SELECT count(*) FROM memories WHERE {self._status_sql} IN ({marks})"
+    args, where = (wanted, "") if domain is None else ((*wanted, domain), " AND domain=?")
     with self._lock:
-        return self._con.execute(sql, wanted).fetchone()[0]
+        return self._con.execute(sql + where, args).fetchone()[0]
 
 # %% ../nbs/02_store.ipynb #b30f98cb
 def _validate_batch(items: list):
