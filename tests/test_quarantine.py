@@ -168,3 +168,38 @@ def test_missing_path_readonly_creates_nothing(tmp_path):
 
 
 # The index's own damaged files: engineer B's tests/test_index_repair.py::test_damaged_index_file_is_rebuilt.
+
+
+# Quarantined MEMORIES (issue 8) in damaged files: repair keeps every salvaged memory's status and reasons,
+# so a damaged store never releases a quarantined memory; validate names a row whose status column and
+# item disagree (such a row could be searched while its item says quarantined).
+
+def test_repair_keeps_quarantined_memories_quarantined(tmp_path):
+    p = tmp_path / "memories.db"
+    with MemoryStore(p) as s:
+        s.add_many([MemoryItem(f"Procedure {i} for widget{i}", "desc " * 20, f"step {i} " * 30) for i in range(2000)])
+        held = [m.id for m in s][::20]
+        s.quarantine(held, "scanner/override in content: test", by="test")
+    b = bytearray(p.read_bytes()); m = len(b) // 2
+    b[m : m + 8192] = random.Random(3).randbytes(8192); p.write_bytes(bytes(b))
+    r = repair_store(p)
+    assert r["repaired"] and 1900 <= r["salvaged"] < 2000, r
+    with MemoryStore(p) as s:
+        q = {m.id: m for m in s.items("quarantined")}
+        assert 90 <= len(q) <= len(held) and set(q) <= set(held)
+        assert all(m.status_reasons == ["scanner/override in content: test"] for m in q.values())
+        assert s.count(None) == r["salvaged"] and len(s) == r["salvaged"] - len(q)
+        for i in list(q)[:20]:
+            assert i not in [h[0].id for h in s.search(s.get(i).title, k=20)]
+
+
+def test_validate_names_a_status_column_that_disagrees_with_its_item(tmp_path):
+    p = _real_store(tmp_path / "m.db", n=20)
+    with MemoryStore(p) as s:
+        mid = next(iter(s)).id
+        s._con.execute("UPDATE memories SET data = json_set(data, '$.status', 'quarantined') WHERE id=?", (mid,))
+    before = _snapshot(tmp_path)
+    report = validate_store(p)
+    assert not report["ok"] and any(f"memory {mid!r} is quarantined but its status column says 'active'" in x
+                                    for x in report["problems"]), report
+    assert _snapshot(tmp_path) == before
