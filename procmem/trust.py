@@ -12,7 +12,8 @@ from .sinks import permission_findings, sink_findings
 # %% auto #0
 __all__ = ['TRUST_LEVELS', 'PROVENANCE_SOURCES', 'SOURCE_TRUST', 'MAX_CONFIRMED_BY', 'DEFAULT_MIN_CONFIRMATIONS',
            'INJECTED_FIELDS', 'trust_for_source', 'provenance_source', 'least_trusted', 'item_trust', 'item_source',
-           'confirmations', 'confirmation_by', 'record_confirmation', 'run_texts', 'text_findings', 'read_check']
+           'confirmations', 'confirmation_by', 'record_confirmation', 'run_texts', 'text_findings', 'read_check',
+           'released']
 
 # %% ../nbs/04a_trust.ipynb #9fe22ded
 TRUST_LEVELS = ("trusted", "user", "untrusted")  # from most to least trusted
@@ -215,7 +216,7 @@ def text_findings(item: MemoryItem) -> list[Finding]:
         _SCAN_CACHE[key] = tuple(scanned) + tuple(_permissions(item))
     return list(_SCAN_CACHE[key])
 
-# %% ../nbs/04a_trust.ipynb #4c8cb5dd
+# %% ../nbs/04a_trust.ipynb #4f292ffd
 def _check_min(min_confirmations) -> int:
     if (
         isinstance(min_confirmations, bool)
@@ -236,11 +237,11 @@ def read_check(
     "(why `item` must not be injected for `task`, the findings behind it); ([], []) = it may be."
     if not isinstance(item, MemoryItem):
         raise TypeError(f"read_check: item must be a MemoryItem, got {type(item).__name__}")
-    status = getattr(item, "status", "active")
-    if status != "active":
-        return [f"status is {status!r}"], []
+    if item.status != "active":
+        return [f"status is {item.status!r}"], []
     untrusted = item_trust(item) == "untrusted"
-    found = text_findings(item) + (sink_findings(item, trusted=[task]) if untrusted else [])
+    found = [] if released(item) else text_findings(item)
+    found += sink_findings(item, trusted=[task]) if untrusted and not released(item) else []
     if found:
         return [_finding_reason(f) for f in found], found
     if untrusted and confirmations(item) < _check_min(min_confirmations):
@@ -248,6 +249,13 @@ def read_check(
             f"untrusted and {confirmations(item)} independent confirmation(s) < {min_confirmations}"
         ], []
     return [], []
+
+# %% ../nbs/04a_trust.ipynb #b6321aa3
+def released(item: MemoryItem) -> bool:
+    """Whether a person released this exact text from quarantine (`provenance["released"]` holds
+    the fingerprint of the text they saw; an edit since then is checked again)."""
+    rel = item.provenance.get("released")
+    return isinstance(rel, dict) and rel.get("fingerprint") == item.fingerprint
 
 # %% ../nbs/04a_trust.ipynb #1dfe0d90
 def _finding_reason(f: Finding) -> str:
