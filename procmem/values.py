@@ -101,8 +101,8 @@ def _is_host(
     plain = not ambiguous and (len(last) == 2 or last in _LEGACY_GTLDS)
     return plain or _host_context(text, start, port)
 
-# %% ../nbs/01a_values.ipynb #75d4c065
-_URL_RX = re.compile(r"(?i)(?<![\w.+-])(?:[a-z][a-z0-9+.-]{1,15}://|www\.)[^\s<>\"'`]+")
+# %% ../nbs/01a_values.ipynb #6578779e
+_URL_RX = re.compile(r"(?i)(?<![\w.+-])(?:[a-z][a-z0-9+.-]{1,15}://|www\.)[^\s<>\"'`|\\]+")
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
 
 
@@ -140,11 +140,11 @@ def _emails(text: str):
     for m in _EMAIL_RX.finditer(text):
         yield "email", m.start(), m.end()
 
-# %% ../nbs/01a_values.ipynb #c588cf02
+# %% ../nbs/01a_values.ipynb #a348e3aa
 _LABEL = r"[^\W_](?:[\w-]{0,61}[^\W_])?"
 _HOSTLIKE_RX = re.compile(
     rf"(?<![\w@/.:\\~-])((?:{_LABEL}\.)+[^\W\d_]{{2,63}})(?::(\d{{1,5}}))?"
-    r"(/[^\s<>\"'`]*)?(?![\w-]|\.[^\W_]|@)"
+    r"(/[^\s<>\"'`|\\]*)?(?![\w-]|\.[^\W_]|@)"
 )
 _LOCALHOST = re.compile(r"(?i)(?<![\w.-])localhost(?::\d{1,5})?(?![\w-])")
 
