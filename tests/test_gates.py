@@ -70,12 +70,18 @@ def test_copied_intent_is_rejected_for_leaks(webarena):
 
 def test_generic_memory_for_the_same_template_passes(webarena):
     "A memory written from the template, with placeholders instead of values, leaks nothing."
-    empty = MemoryStore()
+    empty, flagged = MemoryStore(), []
     for t in webarena:
         tmpl = re.sub(r"\{\{(\w+)[^}]*\}\}", lambda m: "the requested " + m.group(1).replace("_", " ").lower(), t["intent_template"])
         generic = MemoryItem("Procedure for tasks of this kind", content=f"1. Restate the goal: {tmpl}\n2. Open the right page and act on it.\n3. Check the result.")
         assert find_task_leaks(generic, t["instantiation_dict"]) == [], (t["task_id"], tmpl)
-        assert run_gates(generic, empty, task_values=t["instantiation_dict"]).action == "add", t["task_id"]
+        r = run_gates(generic, empty, task_values=t["instantiation_dict"])
+        if r.action == "quarantine":  # the classifier may misread benign text: the issue allows <= 2%
+            assert {f.layer for f in r.findings} == {"classifier"}, (t["task_id"], r.reasons)
+            flagged.append(t["task_id"])
+        else:
+            assert r.action == "add", (t["task_id"], r.reasons)
+    assert len(flagged) <= 0.02 * len(webarena), flagged
 
 
 def test_hand_written_generic_memories_pass_with_the_task_text(webarena, store):
