@@ -614,8 +614,10 @@ def _encoded_findings(text: str, depth: int) -> list[Finding]:
             out.append(Finding(f.category, a, b, run, f.layer, detail=why))
     return out
 
-# %% ../nbs/11a_scanner.ipynb #d7605f33
-_ENTITY_LINE = re.compile(r"[^\n]*&(?:#\d{1,7}|#x[0-9a-fA-F]{1,6}|[a-zA-Z]{2,8});[^\n]*")
+# %% ../nbs/11a_scanner.ipynb #6a686fc3
+_ENTITY_LINE = re.compile(  # anchored at line starts: one try per line, never quadratic
+    r"(?m)^[^\n]*&(?:#\d{1,7}|#x[0-9a-fA-F]{1,6}|[a-zA-Z]{2,8});[^\n]*"
+)
 
 
 def _entity_findings(text: str, depth: int) -> list[Finding]:
