@@ -16,10 +16,10 @@ from .core import Finding, LIMITS, _field_names, _reason_text
 __all__ = ['STORE_FORMAT', 'QUICK_CHECK_MAX_BYTES', 'DEFAULT_MAX_ACTIVE_PER_DOMAIN', 'STORE_COUNTERS', 'StoreError',
            'BadRowError', 'StoreConflictError', 'MemoryNotFoundError', 'StoreImportError', 'NotAStoreError',
            'StoreDamagedError', 'StoreNotFoundError', 'StoreReadOnlyError', 'ExportRefusedError', 'StoreBudgetError',
-           'StoreWriteError', 'QuarantineWarning', 'BadRowWarning', 'ReadOnlyWarning', 'classify_file',
-           'quarantine_file', 'MemoryStore', 'read_memory_file', 'validate_store', 'repair_store']
+           'StoreWriteError', 'QuarantineWarning', 'BadRowWarning', 'ReadOnlyWarning', 'IndexWriteWarning',
+           'classify_file', 'quarantine_file', 'MemoryStore', 'read_memory_file', 'validate_store', 'repair_store']
 
-# %% ../nbs/02_store.ipynb #4174658f
+# %% ../nbs/02_store.ipynb #bdf45711
 class StoreError(Exception):
     "A memory store could not do what was asked."
 
@@ -83,6 +83,10 @@ class BadRowWarning(UserWarning):
 
 class ReadOnlyWarning(UserWarning):
     "The store is read-only, so something that would have been recorded was not."
+
+
+class IndexWriteWarning(UserWarning):
+    "The search index file could not be written (e.g. the disk is full); searches use memory."
 
 # %% ../nbs/02_store.ipynb #fdc21a54
 _SCHEMA = """

@@ -399,3 +399,20 @@ def test_search_drops_a_hit_whose_status_changed_after_it_was_indexed():
     assert len(s.sync_index()) == len(PACK)  # the index still holds it
     assert m.id not in _ids(s.search(m.title, k=10))
     assert m.id not in _ids(retrieve_memories(s, m.title, k=10, min_relevance=0, record=False, min_confirmations=0))
+
+
+def test_an_index_file_that_cannot_be_written_never_fails_a_committed_write(tmp_path):
+    import errno
+    from unittest import mock
+    import procmem.index
+    from procmem.store import IndexWriteWarning
+    full = OSError(errno.ENOSPC, "No space left on device")
+    with MemoryStore(tmp_path / "m.db") as s, mock.patch.object(procmem.index, "_write_base", side_effect=full):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            c = s.add_many(PACK + [MemoryItem(f"Procedure {i} for gadget{i}", content=f"1. step {i}") for i in range(400)])
+            s.quarantine(PACK[0].id, "test", by="test")
+            hits = _ids(s.search(PACK[0].title, k=10)) + _ids(s.search("gadget42", k=1))
+        ft.test_eq(c["added"], len(PACK) + 400)
+        assert PACK[0].id not in hits and hits[-1] == s.search("gadget42", k=1)[0][0].id
+        assert [x.category for x in w].count(IndexWriteWarning) == 1 and "memories themselves were stored" in str(w[0].message)
