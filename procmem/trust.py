@@ -216,7 +216,7 @@ def text_findings(item: MemoryItem) -> list[Finding]:
         _SCAN_CACHE[key] = tuple(scanned) + tuple(_permissions(item))
     return list(_SCAN_CACHE[key])
 
-# %% ../nbs/04a_trust.ipynb #4f292ffd
+# %% ../nbs/04a_trust.ipynb #0671c5b3
 def _check_min(min_confirmations) -> int:
     if (
         isinstance(min_confirmations, bool)
@@ -237,6 +237,7 @@ def read_check(
     "(why `item` must not be injected for `task`, the findings behind it); ([], []) = it may be."
     if not isinstance(item, MemoryItem):
         raise TypeError(f"read_check: item must be a MemoryItem, got {type(item).__name__}")
+    _check_min(min_confirmations)
     if item.status != "active":
         return [f"status is {item.status!r}"], []
     untrusted = item_trust(item) == "untrusted"
@@ -244,7 +245,7 @@ def read_check(
     found += sink_findings(item, trusted=[task]) if untrusted and not released(item) else []
     if found:
         return [_finding_reason(f) for f in found], found
-    if untrusted and confirmations(item) < _check_min(min_confirmations):
+    if untrusted and confirmations(item) < min_confirmations:
         return [
             f"untrusted and {confirmations(item)} independent confirmation(s) < {min_confirmations}"
         ], []
