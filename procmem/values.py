@@ -297,27 +297,28 @@ def _numbers(text: str):
     for m in _NUMBER_RX.finditer(text):
         yield "number", m.start(), m.end()
 
-# %% ../nbs/01a_values.ipynb #50a138f7
-_SHELL_RX = re.compile(
-    r"(?i)(?:"
-    r"\b(?:curl|wget|fetch|iwr|irm|invoke-webrequest|invoke-restmethod)\b[^\n|`]{0,300}\|\s*(?:sudo\s+)?"
-    r"(?:(?:ba|z|k|da|fi)?sh|python[\d.]*|perl|ruby|node|php|iex|invoke-expression)\b|"  # pipe to shell
-    r"\b(?:ba|z|k)?sh\s+<\(|\bsource\s+<\(|"  # bash <(curl ...)
-    r"\b(?:ba|z)?sh\s+-c\s+[\"']?\$\(\s*(?:curl|wget)|\beval\s+[\"']?\$\(|"
-    r"\bbase64\s+(?:-d|--decode)\b[^\n`]{0,300}\|\s*(?:ba|z)?sh\b|"
-    r"\brm\s+-(?:[a-z]*r[a-z]*f|[a-z]*f[a-z]*r)[a-z]*\s+(?:--no-preserve-root\s+)?[/~*$]|"
-    r"\bmkfs(?:\.\w+)?\s+/dev/|\bdd\s+[^\n`]{0,300}\bof=/dev/|"
-    r"\bchmod\s+(?:-R\s+)?(?:0?777|[ugoa]*\+s)\b|"
-    r"/dev/tcp/|\bnc(?:at)?\s+[^\n`]{0,300}-[ec]\s+/bin/|"
-    r"\b(?:curl|wget)\s+[^\n`|;&]{0,300}?(?:https?://|\b[\w-]+\.[\w.-]+)|"  # a download
-    r"\b(?:scp|rsync)\s+[^\n`|;&]{0,300}?[\w.-]+@?[\w.-]+:[\w~/.-]|"  # a copy to or from a remote host
-    r"\bssh\s+(?:-\S+\s+)*[\w.-]+@[\w.-]+|"  # ssh user@host
+# %% ../nbs/01a_values.ipynb #c2084723
+_DOWNLOAD = r"\b(?:curl|wget|fetch|iwr|irm|invoke-webrequest|invoke-restmethod)\b"
+_LINE = r"[^\n`]{0,300}"  # the rest of a command line, bounded (linear time on long lines)
+_SHELL_PARTS = (
+    rf"{_DOWNLOAD}[^\n|`]{{0,300}}\|\s*(?:sudo\s+)?"  # a download piped into a shell or interpreter
+    r"(?:(?:ba|z|k|da|fi)?sh|python[\d.]*|perl|ruby|node|php|iex|invoke-expression)\b",
+    r"\b(?:ba|z|k)?sh\s+<\(|\bsource\s+<\(",  # bash <(curl ...)
+    r"\b(?:ba|z)?sh\s+-c\s+[\"']?\$\(\s*(?:curl|wget)|\beval\s+[\"']?\$\(",
+    rf"\bbase64\s+(?:-d|--decode)\b{_LINE}\|\s*(?:ba|z)?sh\b",
+    r"\brm\s+-(?:[a-z]*r[a-z]*f|[a-z]*f[a-z]*r)[a-z]*\s+(?:--no-preserve-root\s+)?[/~*$]",
+    rf"\bmkfs(?:\.\w+)?\s+/dev/|\bdd\s+{_LINE}\bof=/dev/",
+    r"\bchmod\s+(?:-R\s+)?(?:0?777|[ugoa]*\+s)\b",
+    rf"/dev/tcp/|\bnc(?:at)?\s+{_LINE}-[ec]\s+/bin/",  # reverse shells
+    r"\b(?:curl|wget)\s+[^\n`|;&]{0,300}?(?:https?://|\b[\w-]+\.[\w.-]+)",  # a download
+    r"\b(?:scp|rsync)\s+[^\n`|;&]{0,300}?[\w.-]+@?[\w.-]+:[\w~/.-]",  # a copy to/from a remote host
+    r"\bssh\s+(?:-\S+\s+)*[\w.-]+@[\w.-]+",  # ssh user@host
     r"\b(?:mailx?\s+(?:-\w\s+(?:\"[^\"\n]*\"|'[^'\n]*'|\S+)\s+)+|(?:sendmail|mutt)\s+(?:-\S+\s+)*)"
-    r"[\w.+-]+@[\w-]+\.\w|"  # mail -s subj to an address
-    r"\bnc(?:at)?\s+(?:-\S+\s+)*[\w.-]+\s+\d{1,5}\b|"  # netcat to host port
-    r"\binvoke-expression\b|\biex\s*\(|powershell(?:\.exe)?\s+[^\n`]{0,300}-e(?:nc|ncodedcommand)?\s+"
-    r")"
+    r"[\w.+-]+@[\w-]+\.\w",  # mail -s subject to an address
+    r"\bnc(?:at)?\s+(?:-\S+\s+)*[\w.-]+\s+\d{1,5}\b",  # netcat to host port
+    rf"\binvoke-expression\b|\biex\s*\(|powershell(?:\.exe)?\s+{_LINE}-e(?:nc|ncodedcommand)?\s+",
 )
+_SHELL_RX = re.compile(r"(?i)(?:" + "|".join(_SHELL_PARTS) + ")")
 _LINE_END = re.compile(r"\n|`|\"|\.\s|\.$|\s+(?:to|and|then|so|which|before|after)\s+\w")
 
 
