@@ -954,11 +954,18 @@ def run_gates(
     checked = _checked(had_untrusted)
     return GateResult(d.action, d.target, [f"{d.action}: {d.reason}"], score, d, checked=checked)
 
-# %% ../nbs/11_gates.ipynb #6d28af7a
+# %% ../nbs/11_gates.ipynb #5100b402
 def _quarantined(candidate: MemoryItem, reasons: list) -> MemoryItem:
     "The candidate with status 'quarantined' and the gates' reasons in `status_reasons`."
     why = [" ".join(f"gates: {r}".split())[:300] for r in reasons[:20]]
     return dataclasses.replace(candidate, status="quarantined", status_reasons=why)
+
+
+def _add_held(store: MemoryStore, item: MemoryItem) -> MemoryItem | None:
+    """Add a non-active `item`; None when the store held it back because an item of another status
+    already has its text (that one is left as it is)."""
+    out = store.add(item)
+    return None if out.id != item.id and out.status != item.status else out
 
 
 def _with_checks(candidate: MemoryItem, checked: dict) -> MemoryItem:
@@ -967,7 +974,7 @@ def _with_checks(candidate: MemoryItem, checked: dict) -> MemoryItem:
         return candidate
     return dataclasses.replace(candidate, provenance={**candidate.provenance, "checked": checked})
 
-# %% ../nbs/11_gates.ipynb #4b2a1229
+# %% ../nbs/11_gates.ipynb #c22b69fc
 def apply_gate(
     result: GateResult,  # from run_gates
     candidate: MemoryItem,  # the memory the result is about
@@ -982,13 +989,13 @@ def apply_gate(
     if result.action == "reject":
         return None
     if result.action == "quarantine":  # never merged into an active memory: kept apart
-        return store.add(_quarantined(candidate, result.reasons))
+        return _add_held(store, _quarantined(candidate, result.reasons))
     d = result.dedup or DedupDecision(
         result.action, result.target, reason="; ".join(result.reasons)
     )
     return apply_dedup(d, _with_checks(candidate, result.checked), store)
 
-# %% ../nbs/11_gates.ipynb #b471fa83
+# %% ../nbs/11_gates.ipynb #ee94eb51
 def _admitted(item: MemoryItem, trust: str, source: str) -> MemoryItem:
     "`item` labelled with `source` and the least trusted of `trust` and its own label."
     p = item.provenance
@@ -1024,7 +1031,7 @@ def admit_memory(
     cand = _admitted(item, trust, source)
     if cand.status != "active":  # an import never lifts a quarantine: kept as it is
         why = [f"quarantine: the item is {cand.status} already", *cand.status_reasons[:4]]
-        return GateResult("quarantine", reasons=why, stored=store.add(cand))
+        return GateResult("quarantine", reasons=why, stored=_add_held(store, cand))
     text = "\n".join([cand.title, cand.description, cand.content, ", ".join(cand.tags)])
     own = "untrusted" if item_trust(cand) == "untrusted" else "trusted"
     texts = {"trusted": [], "untrusted": []} | {own: [text]}
