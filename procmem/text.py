@@ -123,6 +123,23 @@ def fold_text(s: str) -> str:
         return s.lower()
     return unicodedata.normalize("NFKC", s).translate(_FOLD)
 
+# %% ../nbs/01_text.ipynb #f4e3eab3
+@lru_cache(maxsize=None)
+def _fold_one(c: str) -> str:
+    "`fold_text` of the single character `c` (NFKC may expand it: `ﬁ` -> `fi`)."
+    return unicodedata.normalize("NFKC", c).translate(_FOLD)
+
+
+def fold_offsets(s: str) -> tuple[str, list[int]]:
+    """`s` folded character by character, and for each folded character the index in `s` it comes
+    from, followed by `len(s)`."""
+    if not isinstance(s, str):
+        raise TypeError(f"fold_offsets expects a string, got {type(s).__name__}")
+    if s.isascii():
+        return s.lower(), list(range(len(s) + 1))
+    pieces = [_FOLD[ord(c)] if c.isascii() else _fold_one(c) for c in s]
+    return "".join(pieces), [i for i, p in enumerate(pieces) for _ in p] + [len(s)]
+
 # %% ../nbs/01_text.ipynb #db4181d2
 _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 # ^ Unicode's Bidi_Control property (PropList.txt): all twelve characters
