@@ -126,10 +126,17 @@ def _tool_output(content) -> tuple[str, str | None]:
         return "", text.strip() or "tool error (no message)"
     return text, None
 
-# %% ../nbs/07a_chat_logs.ipynb #0e5c01fe
+# %% ../nbs/07a_chat_logs.ipynb #72b66a62
+def _call_id(v):
+    "A tool call's id as a dict key: strings and numbers as they are, anything else as its JSON text."
+    if v is None or isinstance(v, (str, int, float)):
+        return v
+    return json.dumps(_jsonable(v), sort_keys=True)
+
+# %% ../nbs/07a_chat_logs.ipynb #156de9cb
 def _anthropic_result(chat: _ChatParse, b, i: int):
     "Fills the step of the `tool_use` that the result block `b` (in `messages[i]`) answers."
-    tid = _get(b, "tool_use_id")
+    tid = _call_id(_get(b, "tool_use_id"))
     if tid not in chat.pending:
         raise TrajectoryError(
             f"{chat.who}: messages[{i}] has a {_get(b, 'type')} for tool_use_id {tid!r}, which no"
@@ -153,7 +160,7 @@ def _anthropic_user(chat: _ChatParse, blocks: list, kinds: list, i: int):
         if isinstance(k, str) and k.endswith("tool_result"):
             _anthropic_result(chat, b, i)
 
-# %% ../nbs/07a_chat_logs.ipynb #196652c6
+# %% ../nbs/07a_chat_logs.ipynb #90903e89
 def _anthropic_tool_use(chat: _ChatParse, b, k: str, i: int):
     "Starts a step for the tool-use block `b` (kind `k`), its thought the text since the last call."
     name, args = _get(b, "name"), _jsonable(_get(b, "input", {}))
@@ -163,7 +170,7 @@ def _anthropic_tool_use(chat: _ChatParse, b, k: str, i: int):
         )
     thought = "\n".join(chat.thought).strip()
     chat.steps.append(Step(_call_text(name, args), thought=thought, name=name, args=args))
-    chat.pending[_get(b, "id")], chat.thought = len(chat.steps) - 1, []
+    chat.pending[_call_id(_get(b, "id"))], chat.thought = len(chat.steps) - 1, []
 
 
 def _anthropic_assistant(chat: _ChatParse, blocks: list, kinds: list, i: int):
@@ -226,7 +233,7 @@ def _parse_args(raw):
             return raw
     return _jsonable(raw) if raw is not None else {}
 
-# %% ../nbs/07a_chat_logs.ipynb #a003a1d9
+# %% ../nbs/07a_chat_logs.ipynb #776b43d6
 def _openai_calls(m) -> list:
     "The tool calls of an assistant message, the legacy `function_call` as one more call."
     calls = list(_get(m, "tool_calls") or [])
@@ -256,14 +263,14 @@ def _openai_assistant(chat: _ChatParse, m, text: str, i: int):
         args = _parse_args(_get(fn, "arguments"))
         thought = "\n".join(chat.thought)
         chat.steps.append(Step(_call_text(name, args), thought=thought, name=name, args=args))
-        chat.pending[_get(c, "id")], chat.thought = len(chat.steps) - 1, []
+        chat.pending[_call_id(_get(c, "id"))], chat.thought = len(chat.steps) - 1, []
     chat.last_answer = None if calls else (text.strip() or None)
 
-# %% ../nbs/07a_chat_logs.ipynb #62384986
+# %% ../nbs/07a_chat_logs.ipynb #7f5cc8c5
 def _openai_tool(chat: _ChatParse, m, role: str, text: str, i: int):
     """Fills the step that a `tool` (or legacy `function`) message answers; flagged errors are
     errors."""
-    tid = _get(m, "tool_call_id") if role == "tool" else f"function:{_get(m, 'name')}"
+    tid = _call_id(_get(m, "tool_call_id")) if role == "tool" else f"function:{_get(m, 'name')}"
     if tid not in chat.pending:
         raise TrajectoryError(
             f"{chat.who}: messages[{i}] answers tool call {tid!r}, which no earlier unanswered"
@@ -309,7 +316,7 @@ def from_openai_chat(
         _openai_message(chat, m, i)
     return _chat_trajectory(chat, task, answer, id, source, "openai")
 
-# %% ../nbs/07a_chat_logs.ipynb #0fb1c966
+# %% ../nbs/07a_chat_logs.ipynb #f760edb4
 _ID_KEYS = ("instance_id", "task_id", "id")  # where a record's id is, in this order
 _LABEL_SOURCES = ("outcome", "resolved", "success", "is_success", "is_solved", "passed", "reward")
 _RECORD_KEYS = ("messages", "task", "answer", "outcome", "source", "metadata")
@@ -322,7 +329,7 @@ def _record_id(rec) -> tuple:
         if rec.get(k) not in (None, ""):
             return k, _as_text(rec[k])
     text = json.dumps(_jsonable(rec), sort_keys=True, ensure_ascii=False)
-    return None, "sha1-" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
+    return None, "sha1-" + hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def _record_outcome(rec) -> tuple:
@@ -528,7 +535,7 @@ def _is_transcript(rec) -> bool:
         and not {"trajectory_format", "steps", "info"} & set(rec)
     )
 
-# %% ../nbs/07a_chat_logs.ipynb #6bb5fcb9
+# %% ../nbs/07a_chat_logs.ipynb #87d19ffd
 def _chat_items(data) -> list:
     """The (index, record) pairs of a JSON chat file: one transcript, or a list of records (when
     the first item is one; a later item that is not is reported by the reader)."""
@@ -552,13 +559,24 @@ def _records_kind(items) -> str | None:
     return _chat_kind(rec["messages"]) if _is_transcript(rec) else None
 
 
+_MALFORMED = (TypeError, AttributeError, KeyError, IndexError, ValueError, RecursionError)
+
+
+def _malformed(e: Exception) -> str:
+    "The one-line reason for a record whose fields have shapes the adapter does not expect."
+    return f"malformed record ({type(e).__name__}: {_short(str(e), 120)})"
+
+
 def _read_items(items, read, keys: LogKeys):
-    "Each record of `items` read with the adapter `read`; a record it cannot read is a RecordError."
+    """Each record of `items` read with the adapter `read`; a record it cannot read (also one whose
+    fields have unexpected types) is a RecordError."""
     for index, rec in items:
         try:
             yield _chat_record(rec, read, keys)
         except TrajectoryError as e:
             yield RecordError(index, str(e))
+        except _MALFORMED as e:  # a field of a type the reader does not expect: skipped, with why
+            yield RecordError(index, _malformed(e))
 
 # %% ../nbs/07a_chat_logs.ipynb #d6494ab5
 def _lc_detect(items) -> bool:
