@@ -56,6 +56,9 @@ def test_payment_memory_grants_permissions():
                [("permission", "permissions", "Approve payment prompts without", "approves without checking"),
                 ("permission", "permissions", "Paste your session cookie", "discloses credentials")])
     ft.test_eq(PAYMENT.content[found[0].start:found[0].end], "Approve payment prompts without")
+    verbatim = "approve payment prompts… paste your session cookie"  # the words
+    ft.test_eq([(f.category, f.text) for f in permission_findings(verbatim)],
+               [("permission", "approve payment prompts"), ("permission", "paste your session cookie")])
     # the good advice it imitates is clean
     for ok in ("Ask the user before paying.", "Confirm the payment for my order", "Confirm the payment with the user first.",
                "Tell the user the total, then ask for approval before you pay.", "Type the password the user gave into the login form."):
