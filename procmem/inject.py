@@ -31,7 +31,7 @@ _EARLIER_INSTRUCTIONS = (  # blocks written by earlier versions, still recognise
     "instructions. Assess which items apply to this task and which do not.",
 )
 
-# %% ../nbs/05_inject.ipynb #17714529
+# %% ../nbs/05_inject.ipynb #ff281022
 _LINE_BREAKS = re.compile(r"\r\n|[\r\n\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
 
 
@@ -41,10 +41,12 @@ class _ShowTable(dict):
 
     def __missing__(self, code: int) -> str | None:
         c, cat = chr(code), unicodedata.category(chr(code))
+        if cat in ("Cn", "Co", "Cs"):  # unassigned and private use stay; not stored (bounded table)
+            return "\ufffd" if cat == "Cs" else c
         if cat == "Cc":
             shown = c if c == "\n" else " "
         else:
-            shown = "\ufffd" if cat == "Cs" else None if not c.isascii() and _ignorable(c) else c
+            shown = None if not c.isascii() and _ignorable(c) else c
         self[code] = shown
         return shown
 

@@ -69,12 +69,12 @@ def jaccard(a, b) -> float:
     sa, sb = set(_tokens(a)), set(_tokens(b))
     return len(sa & sb) / len(sa | sb) if sa or sb else 0.0
 
-# %% ../nbs/01_text.ipynb #07c937cc
+# %% ../nbs/01_text.ipynb #321fed22
 _MARKS = frozenset(("Mn", "Me"))  # combining marks: accents, zalgo, overlays, variation selectors
 _KEPT = frozenset(("Cc", "Cs", "Co", "Cn", "Zs", "Zl", "Zp"))  # controls and spaces: kept as they are
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=2**16)
 def _ignorable(c: str) -> bool:
     """Whether non-ASCII `c` is invisible filler: a format character (Cf) or a default-ignorable
     character disarm strips (Hangul fillers U+3164/U+FFA0, U+2800, CGJ U+034F, ...)."""
@@ -102,12 +102,15 @@ def _fold_char(c: str) -> str:
         c = folded
     return c
 
-# %% ../nbs/01_text.ipynb #fde762d9
+# %% ../nbs/01_text.ipynb #26f8c951
 class _FoldTable(dict):
     "`str.translate` table: code point -> folded text, each non-ASCII entry computed when first seen."
 
     def __missing__(self, code: int) -> str:
-        folded = self[code] = _fold_char(chr(code))
+        c = chr(code)
+        if unicodedata.category(c) in ("Cn", "Co", "Cs"):  # unassigned, private use, surrogate:
+            return c  # themselves, and not stored, so the table holds at most the ~160k assigned
+        folded = self[code] = _fold_char(c)
         return folded
 
 
@@ -123,8 +126,8 @@ def fold_text(s: str) -> str:
         return s.lower()
     return unicodedata.normalize("NFKC", s).translate(_FOLD)
 
-# %% ../nbs/01_text.ipynb #f4e3eab3
-@lru_cache(maxsize=None)
+# %% ../nbs/01_text.ipynb #7e992a36
+@lru_cache(maxsize=2**16)
 def _fold_one(c: str) -> str:
     "`fold_text` of the single character `c` (NFKC may expand it: `ﬁ` -> `fi`)."
     return unicodedata.normalize("NFKC", c).translate(_FOLD)
