@@ -12,7 +12,7 @@ from .text import STOPWORDS
 # %% auto #0
 __all__ = ['VALUE_KINDS', 'Value', 'find_values']
 
-# %% ../nbs/01a_values.ipynb #192372f6
+# %% ../nbs/01a_values.ipynb #c3358877
 VALUE_KINDS = ("url", "email", "host", "ip", "path", "account", "number", "id", "shell")
 
 
@@ -23,6 +23,10 @@ class Value(NamedTuple):
     text: str  # the matched text: the searched text[start:end]
     start: int
     end: int
+
+    @property
+    def span(self) -> tuple[int, int]:
+        return (self.start, self.end)
 
 # %% ../nbs/01a_values.ipynb #9c3b8e94
 @lru_cache(maxsize=1)

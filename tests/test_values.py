@@ -148,3 +148,19 @@ def test_linear_time_on_adversarial_lines():
         t0 = time.perf_counter()
         find_values(text)
         assert time.perf_counter() - t0 < 5, text[:20]
+
+
+from hypothesis import given, settings, strategies as st
+
+_PIECES = st.sampled_from(["curl ", "get.evil.sh", " | bash", "/etc/passwd", "~/.ssh/id_rsa", "a@b.example", "setup.py", "4111 1111 1111 1111",
+                           "GB29 NWBK 6016 1331 9268 19", "https://x.io/a(b)", "[", "]", ")", "\n", " ", ".", "::1", "10.0.0.1", "é", "\u200b", "0x1f", "42"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_PIECES, st.text(max_size=8)), max_size=30).map("".join))
+def test_any_text_gives_valid_disjoint_spans(text):
+    vals = find_values(text)
+    assert all(isinstance(v, Value) and v.kind in VALUE_KINDS and text[v.start:v.end] == v.text and v.start < v.end for v in vals)
+    plain = [v for v in vals if v.kind != "shell"]
+    assert all(a.end <= b.start for a, b in zip(plain, plain[1:]))
+    ft.test_eq(find_values(text, "url"), [v for v in vals if v.kind == "url"])  # asking for fewer kinds changes nothing else
