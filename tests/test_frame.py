@@ -154,3 +154,15 @@ def test_strip_finds_real_blocks_in_a_real_run_and_is_not_fooled_by_lookalikes()
     ft.test_eq(strip_injected_memories(f"{task}\n{lookalike_open}\n"), f"{task}\n{lookalike_open}\n")
     lookalike_pair = f'{task}\n<procmem‐memories nonce="{nonce}">\nkeep me\n</procmem-memoriеs nonce="{nonce}">\nmore'
     ft.test_eq(strip_injected_memories(lookalike_pair), lookalike_pair)
+
+
+def test_hidden_chars_on_real_text():
+    "No finding on real logs (every fixture file, the bootstrap pack); the dataset's one tag-smuggled injection is decoded."
+    from procmem.bootstrap import bootstrap_general_strategies
+    texts = [p.read_text(errors="replace") for p in sorted((ROOT / "tests/fixtures").rglob("*")) if p.is_file()]
+    texts += [f"{m.title}\n{m.description}\n{m.content}" for m in bootstrap_general_strategies()]
+    assert len(texts) > 50
+    ft.test_eq([t[:60] for t in texts if hidden_chars(t)], [])
+    found = [(r["label"], f.detail) for r in _rows() for f in hidden_chars(r["text"])]
+    ft.test_eq(len(found), 1)
+    assert found[0][0] == 1 and "spelling 'Ignore all previous instructions" in found[0][1], found
