@@ -322,7 +322,7 @@ def _run_agent(agent, task: str, block: str) -> tuple[Trajectory, str | None]:
     steps = [Step(action="agent", error=err)]
     return Trajectory(task=task, steps=steps, answer=None, metadata={"agent_error": err}), err
 
-# %% ../nbs/12_loop.ipynb #3bfe4ee7
+# %% ../nbs/12_loop.ipynb #0637cce7
 def _check_run_args(task, agent) -> None:
     "Raise for a task that is not a non-empty string or an agent that is not callable."
     if not isinstance(task, str) or not task.strip():
@@ -342,10 +342,12 @@ def _retrieve_step(
     budget: int,
     max_bullets=None,
     min_confirmations: int = DEFAULT_MIN_CONFIRMATIONS,
+    refused: dict | None = None,  # filled with what the read checks refused
 ) -> tuple[list, list, str]:
     """(scored hits, the memories that fit the block, the block) for a task; nothing when memory is
     off."""
     kw = dict(k=k, domain=domain, with_scores=True, min_confirmations=min_confirmations)
+    kw["refused"] = {} if refused is None else refused
     scored = retrieve_memories(store, task, **kw) if memory else []
     fit = dict(budget_chars=budget, **({} if max_bullets is None else {"max_bullets": max_bullets}))
     injected = injected_memories([m for m, _ in scored], **fit)
@@ -380,12 +382,20 @@ def _attribute(store: MemoryStore, traj: Trajectory, injected: list, learned) ->
         cause=stage or (None if j is None else j.cause),
     )
 
-# %% ../nbs/12_loop.ipynb #1deabd9c
+# %% ../nbs/12_loop.ipynb #d83776cf
 def _retrieve_event(
-    traj: Trajectory, memory: bool, scored: list, injected: list, block: str, timings: dict
+    traj: Trajectory,
+    memory: bool,
+    scored: list,
+    injected: list,
+    block: str,
+    timings: dict,
+    refused: dict | None = None,
 ) -> dict:
-    "The `loop.retrieve` event: what was retrieved (with scores) and what was injected."
+    """The `loop.retrieve` event: what was retrieved (with scores), what the read checks refused
+    (id -> first reasons) and what was injected."""
     return dict(
+        refused={id: list(why)[:2] for id, why in (refused or {}).items()},
         kind="loop.retrieve",
         ids=[m.id for m in injected],
         trajectory_id=traj.id,
@@ -407,7 +417,7 @@ def _agent_event(traj: Trajectory, err: str | None, timings: dict) -> dict:
         latency_ms=round(timings["agent"], 2),
     )
 
-# %% ../nbs/12_loop.ipynb #e6bd5614
+# %% ../nbs/12_loop.ipynb #405c584b
 def run_with_memory(
     task: str,  # the task for the agent
     agent,  # agent(task, memory_block) -> trajectory (Trajectory, generic dict or chat transcript)
@@ -429,9 +439,9 @@ def run_with_memory(
     """Run `agent` on `task` with relevant memories injected, then judge, learn and attribute the
     outcome."""
     _check_run_args(task, agent)
-    timings, t_all = {}, time.perf_counter()
+    timings, t_all, refused = {}, time.perf_counter(), {}
     scored, injected, block = _retrieve_step(
-        store, task, k, domain, memory, budget_chars, max_bullets, min_confirmations
+        store, task, k, domain, memory, budget_chars, max_bullets, min_confirmations, refused
     )
     timings["retrieve"], t0 = _ms(t_all), time.perf_counter()
     traj, err = _run_agent(agent, task, block)
@@ -442,7 +452,7 @@ def run_with_memory(
         "injected_ids": [m.id for m in injected],
     }
     events = [
-        _retrieve_event(traj, memory, scored, injected, block, timings),
+        _retrieve_event(traj, memory, scored, injected, block, timings, refused),
         _agent_event(traj, err, timings),
     ]
     learned = None

@@ -250,7 +250,7 @@ def _check_args(task, k, source_type):
     if bad:
         raise ValueError(f"unknown source_type {sorted(bad)}; use one of {', '.join(SOURCE_TYPES)}")
 
-# %% ../nbs/04_retrieval.ipynb #599cd902
+# %% ../nbs/04_retrieval.ipynb #78cce6ce
 def _relevant_hits(
     store: MemoryStore, hits: list, task: str, k: int, floor: float, ok=None
 ) -> list:
@@ -281,11 +281,15 @@ def retrieve_memories(
     candidates: int = DEFAULT_CANDIDATES,  # BM25 hits the floor looks at
     by_form: bool = True,  # if no hit clears the floor: memories of the task's form
     min_confirmations: int = DEFAULT_MIN_CONFIRMATIONS,  # an untrusted item needs this many
+    refused: (
+        dict | None
+    ) = None,  # filled with id -> reasons of relevant items the read checks refused
 ) -> list:
     """Up to `k` memories relevant to `task` that pass the read checks, best first; [] when none
     clears `min_relevance`."""
     _check_args(task, k, source_type)
-    ok, flagged = _read_filter(task, _check_min(min_confirmations))
+    refused = {} if refused is None else _check_refused(refused)
+    ok, flagged = _read_filter(task, _check_min(min_confirmations), refused)
     if k == 0:
         return []
     hits = store.search(task, max(k, candidates), domain=domain, source_type=source_type)
@@ -298,19 +302,27 @@ def retrieve_memories(
         store.record_access([m.id for m, _ in out])
     return out if with_scores else [m for m, _ in out]
 
-# %% ../nbs/04_retrieval.ipynb #c5a89943
-def _read_filter(task: str, min_confirmations: int) -> tuple:
-    """(a predicate accepting what passes `read_check`, the dict id -> reasons it fills with
-    findings)."""
+# %% ../nbs/04_retrieval.ipynb #ae6c2176
+def _read_filter(task: str, min_confirmations: int, refused: dict) -> tuple:
+    """(a predicate accepting what passes `read_check`, the dict id -> reasons it fills for items
+    with findings); every refusal also goes into `refused`."""
     flagged = {}
 
     def ok(m: MemoryItem) -> bool:
         reasons, found = read_check(m, task, min_confirmations)
         if found:
             flagged[m.id] = reasons
+        if reasons:
+            refused[m.id] = reasons
         return not reasons
 
     return ok, flagged
+
+
+def _check_refused(refused) -> dict:
+    if not isinstance(refused, dict):
+        raise TypeError(f"refused must be a dict to fill (or None), got {type(refused).__name__}")
+    return refused
 
 
 def _quarantine_on_read(store: MemoryStore, flagged: dict):
