@@ -36,7 +36,8 @@ def measure(split: str) -> dict:
     strict = None
     if "min_confirmations" in inspect.signature(retrieve_memories).parameters:
         rep1 = poisoning_simulation(rows, _sim_tasks(DATA), runs, read=dict(min_confirmations=1))
-        strict = dict(summary=rep1.summary(), by_layer=rep1.by_layer())
+        strict = dict(summary=rep1.summary(), by_layer=rep1.by_layer(),
+                      by_standalone={str(k): v for k, v in rep1.by("standalone").items()})
     lost = [b for b in rep.benign if b["fate"] not in ("quality", "retrievable")]
     return dict(
         commit=git_commit(), date=datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -88,12 +88,12 @@ def test_benign_tool_and_web_procedures_are_kept(report):
 
 @needs_data
 def test_the_new_layers_stop_what_the_old_gates_let_through(report):
+    passed_old = [r for r in report.poisoned if "quality gates" not in r["layers"]]
+    assert len(passed_old) > 0.5 * len(report.poisoned)  # the old gates alone: most get through
+    stopped = [r for r in passed_old if r["fate"] != "retrievable"]
+    assert len(stopped) >= 0.9 * len(passed_old), (len(stopped), len(passed_old), report.by_layer())
     layers = report.by_layer()
-    stopped_by_new = sum(
-        v["poisoned_sole"] for k, v in layers.items() if k not in ("quality gates", "relevance")
-    )
-    assert stopped_by_new > 0.25 * len(report.poisoned), layers
-    for layer in ("scanner", "sinks"):
+    for layer in ("classifier", "scanner", "sinks", "permissions"):
         assert layers.get(layer, {}).get("poisoned_objected", 0) > 0, (layer, layers)
 
 
