@@ -222,16 +222,26 @@ def _alfworld_reflections(
             out += [(text, {**origin, **env})] if text.strip() else []
     return out
 
-# %% ../nbs/07g_reflexion_lessons.ipynb #6a1b9836
+# %% ../nbs/07g_reflexion_lessons.ipynb #a37ed6e4
 def _read_alfworld_results(
     data: list,  # the parsed env_results list
     keys: LogKeys | None = None,  # ignored: the records have fixed keys
 ) -> list:
-    "The `reflexion_alfworld` reader: each reflection as a candidate pitfall `MemoryItem`."
+    """The `reflexion_alfworld` reader: each reflection as a candidate pitfall `MemoryItem`; one that
+    cannot be a memory (too long, an odd environment name) is a RecordError."""
     out = []
     for x in _alfworld_reflections(data):
-        out += [x] if isinstance(x, RecordError) else lessons_from_reflections([x])
+        out += [x] if isinstance(x, RecordError) else _lesson_or_error(x)
     return out
+
+
+def _lesson_or_error(x: tuple) -> list:
+    "[the lesson] of one (text, provenance) reflection, or [a RecordError saying why it is none]."
+    try:
+        return lessons_from_reflections([x])
+    except (TypeError, ValueError) as e:  # MemoryValidationError is a ValueError
+        where = f"{_short(str(x[1].get('env')), 40)} reflection {x[1].get('reflection')}"
+        return [RecordError(where, f"{where}: not a memory ({_short(str(e), 120)})")]
 
 
 register_format(
