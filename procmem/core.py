@@ -101,7 +101,7 @@ class MemoryItem:
     def fingerprint(self) -> str:
         return content_fingerprint(self.title, self.content)
 
-# %% ../nbs/00_core.ipynb #a924ae08
+# %% ../nbs/00_core.ipynb #29b860fc
 def _check_text(name, v, required=False, nullable=False, limit=None):
     """Raise unless `v` is a (non-empty if `required`) string within its limit, free of NULs and
     surrogates."""
@@ -116,6 +116,11 @@ def _check_text(name, v, required=False, nullable=False, limit=None):
         raise MemoryValidationError(name, f"is {len(v):,} characters; the limit is {limit:,}")
     if "\x00" in v:
         raise MemoryValidationError(name, "contains a NUL character")
+    _check_unicode(name, v)
+
+
+def _check_unicode(name, v: str):
+    "Raise unless the string `v` can be encoded as UTF-8 (no lone surrogates)."
     try:
         v.encode("utf-8")
     except UnicodeEncodeError:
@@ -128,7 +133,7 @@ def _check_count(name, v):
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise MemoryValidationError(name, f"must be a non-negative integer, got {v!r}")
 
-# %% ../nbs/00_core.ipynb #d4bd6935
+# %% ../nbs/00_core.ipynb #9fefa308
 def _check_list(name, v, limit: int):
     "Raise unless `v` is a list of at most `limit` entries."
     if not isinstance(v, list):
@@ -137,17 +142,41 @@ def _check_list(name, v, limit: int):
         raise MemoryValidationError(name, f"has {len(v)} entries; the limit is {limit}")
 
 
+_MAX_DEPTH = 20  # how deeply the free-form fields (provenance, lineage, extra) may nest
+
+
+def _check_json(name, v, depth: int = 0):
+    """Raise unless `v` is JSON data (string keys; strings, numbers, booleans, None, lists, dicts)
+    nested at most `_MAX_DEPTH` deep, every string valid Unicode (it must reach SQLite as UTF-8)."""
+    if depth > _MAX_DEPTH:
+        raise MemoryValidationError(name, f"is nested more than {_MAX_DEPTH} levels deep")
+    if isinstance(v, str):
+        _check_unicode(name, v)
+    elif isinstance(v, dict):
+        for k, x in v.items():
+            if not isinstance(k, str):
+                raise MemoryValidationError(name, f"keys must be strings, got {type(k).__name__}")
+            _check_json(name, k, depth + 1)
+            _check_json(name, x, depth + 1)
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            _check_json(name, x, depth + 1)
+    elif not isinstance(v, (int, float, type(None))):  # bool is an int
+        raise MemoryValidationError(name, f"must hold JSON data only, got {type(v).__name__}")
+
+
 def _check_tags(tags):
     "Raise unless `tags` is a list of short non-empty strings."
     _check_list("tags", tags, LIMITS["tags"])
     for t in tags:
         if not isinstance(t, str) or not t.strip():
             raise MemoryValidationError("tags", f"each tag must be a non-empty string, got {t!r}")
+        _check_json("tags", t)
         if len(t) > LIMITS["tag"]:
             msg = f"tag {t[:20]!r}... is longer than {LIMITS['tag']} characters"
             raise MemoryValidationError("tags", msg)
 
-# %% ../nbs/00_core.ipynb #bbe58875
+# %% ../nbs/00_core.ipynb #fc47a020
 def _check_history(example_queries, lineage):
     "Raise unless `example_queries` is a list of task texts and `lineage` a list of small dicts."
     _check_list("example_queries", example_queries, LIMITS["example_queries"])
@@ -159,6 +188,7 @@ def _check_history(example_queries, lineage):
             raise MemoryValidationError(
                 "lineage", f"each entry must be a dict, got {type(e).__name__}"
             )
+        _check_json("lineage", e)
         if len(repr(e)) > LIMITS["lineage_entry"]:
             msg = f"an entry is larger than {LIMITS['lineage_entry']:,} characters"
             raise MemoryValidationError("lineage", msg)
@@ -185,16 +215,18 @@ def _check_times(m):
             msg = f"must be an ISO-8601 timestamp, got {v!r}"
             raise MemoryValidationError(name, msg) from None
 
-# %% ../nbs/00_core.ipynb #785398bb
+# %% ../nbs/00_core.ipynb #56c0277d
 def _check_dicts(m):
     "Raise unless `provenance` is a small dict and `extra` a dict."
     if not isinstance(m.provenance, dict):
         raise MemoryValidationError("provenance", "must be a dict")
+    _check_json("provenance", m.provenance)
     if len(repr(m.provenance)) > LIMITS["provenance"]:
         msg = f"is larger than {LIMITS['provenance']:,} characters"
         raise MemoryValidationError("provenance", msg)
     if not isinstance(m.extra, dict):
         raise MemoryValidationError("extra", "must be a dict")
+    _check_json("extra", m.extra)
 
 # %% ../nbs/00_core.ipynb #68bbd03f
 def _check_status(status, reasons):

@@ -19,7 +19,7 @@ __all__ = ['STORE_FORMAT', 'QUICK_CHECK_MAX_BYTES', 'DEFAULT_MAX_ACTIVE_PER_DOMA
            'StoreWriteError', 'QuarantineWarning', 'BadRowWarning', 'ReadOnlyWarning', 'IndexWriteWarning',
            'classify_file', 'quarantine_file', 'MemoryStore', 'read_memory_file', 'validate_store', 'repair_store']
 
-# %% ../nbs/02_store.ipynb #bdf45711
+# %% ../nbs/02_store.ipynb #113f1436
 class StoreError(Exception):
     "A memory store could not do what was asked."
 
@@ -70,7 +70,7 @@ class StoreBudgetError(StoreError):
 
 
 class StoreWriteError(StoreError):
-    "The disk refused the write (full, or an I/O error); the transaction was rolled back."
+    "The disk refused a write or read (full, or an I/O error); nothing was changed."
 
 
 class QuarantineWarning(UserWarning):
@@ -138,7 +138,7 @@ def _schema_reason(con, path: Path) -> tuple[str, str] | None:
             return "damaged", f"SQLite quick_check: {'; '.join(bad)}"
     return None
 
-# %% ../nbs/02_store.ipynb #b2e01b13
+# %% ../nbs/02_store.ipynb #0d1e8b71
 def classify_file(path) -> tuple[str, str]:
     "('store'|'foreign'|'damaged'|'missing', reason) for `path`, read without writing anything."
     path = Path(path)
@@ -159,8 +159,15 @@ def classify_file(path) -> tuple[str, str]:
         finally:
             con.close()
     except sqlite3.DatabaseError as e:
+        if (getattr(e, "sqlite_errorname", "") or "").startswith(_IO_ERRORS):
+            raise StoreWriteError(
+                f"cannot read store {path}: an I/O error or a full disk ({e}); nothing was changed"
+            ) from None
         return "damaged", f"an SQLite file that cannot be read: {e}"
     return found or ("store", "a procmem store")
+
+
+_IO_ERRORS = ("SQLITE_IOERR", "SQLITE_FULL", "SQLITE_CANTOPEN")  # the disk, not the file's bytes
 
 # %% ../nbs/02_store.ipynb #b5f09880
 def quarantine_file(path, label: str = "quarantined") -> Path:
@@ -499,11 +506,17 @@ def _next_rev(self: MemoryStore, c) -> int:
     sql = "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key='rev' RETURNING value"
     return int(c.execute(sql).fetchone()[0])
 
-# %% ../nbs/02_store.ipynb #e00f8357
+# %% ../nbs/02_store.ipynb #e05a4aaa
 @patch
 def _log(self: MemoryStore, c, kind: str, ids, **detail):
-    "Append one event (inside the write transaction that made the change)."
+    """Append one event (inside the write transaction that made the change); text that is not valid
+    Unicode (a lone surrogate in an agent's error message) is kept as a JSON escape."""
     detail = json.dumps(detail, ensure_ascii=False, default=str)
+    if not detail.isascii():
+        try:
+            detail.encode("utf-8")
+        except UnicodeEncodeError:
+            detail = json.dumps(json.loads(detail), ensure_ascii=True)
     c.execute(
         "INSERT INTO events(at, kind, ids, detail) VALUES (?, ?, ?, ?)",
         (utc_now(), kind, json.dumps(list(ids)), detail),
@@ -989,7 +1002,7 @@ def _reason_list(reasons) -> list[str]:
         raise ValueError("a reason is required: say why (a text or a Finding)")
     return out
 
-# %% ../nbs/02_store.ipynb #8454cec4
+# %% ../nbs/02_store.ipynb #dc48eab4
 @patch
 def _status_row(self: MemoryStore, c, id: str) -> MemoryItem:
     "The stored item `id` inside a transaction; raises `MemoryNotFoundError`."
@@ -1000,9 +1013,11 @@ def _status_row(self: MemoryStore, c, id: str) -> MemoryItem:
 
 
 @patch
-def _set_status(self: MemoryStore, c, old: MemoryItem, status: str, reasons: list) -> MemoryItem:
+def _set_status(
+    self: MemoryStore, c, old: MemoryItem, status: str, reasons: list, **changes
+) -> MemoryItem:
     "Write `old` with a new status and reasons, at a new revision (the index adds or drops it)."
-    new = dataclasses.replace(old, status=status, status_reasons=reasons)  # validates
+    new = dataclasses.replace(old, status=status, status_reasons=reasons, **changes)  # validates
     sql = "UPDATE memories SET rev=?, status=?, data=? WHERE id=?"
     c.execute(sql, (self._next_rev(c), status, _dump(new), new.id))
     return new
@@ -1031,7 +1046,7 @@ def quarantine(
         self._log(c, "quarantine", ids, by=by, reasons=reasons)
     return out
 
-# %% ../nbs/02_store.ipynb #633b0c46
+# %% ../nbs/02_store.ipynb #17f49df3
 @patch
 def release(
     self: MemoryStore,
@@ -1049,7 +1064,9 @@ def release(
             raise StoreConflictError(
                 f"memory {id!r} is active, not quarantined; nothing to release"
             )
-        new = self._set_status(c, old, "active", [])
+        seen = dict(by=by, at=utc_now(), reason=reason[:200], fingerprint=old.fingerprint)
+        prov = {**old.provenance, "released": seen}  # the read checks honour this exact text
+        new = self._set_status(c, old, "active", [], provenance=prov)
         self._check_budget(c, {new.domain: 1})
         cleared = dict(was=old.status, reasons=old.status_reasons)
         self._log(c, "release", [id], by=by, reason=reason, **cleared)
@@ -1111,13 +1128,15 @@ def export(
         raise
     return len(items)
 
-# %% ../nbs/02_store.ipynb #44eded12
+# %% ../nbs/02_store.ipynb #fcb83e88
 def _json_rows(path: Path, text: str) -> list:
     "(where, object) for each item of a .json list; raises `StoreImportError`."
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise StoreImportError(f"{path}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise StoreImportError(f"{path}: JSON nested too deeply to read") from None
     if not isinstance(data, list):
         raise StoreImportError(f"{path}: expected a JSON list of items, got {type(data).__name__}")
     return [(f"item {i}", d) for i, d in enumerate(data)]
@@ -1133,6 +1152,8 @@ def _jsonl_rows(path: Path, text: str) -> list:
             rows.append((f"line {n}", json.loads(line)))
         except json.JSONDecodeError as e:
             raise StoreImportError(f"{path}: line {n} is not valid JSON ({e})") from None
+        except RecursionError:
+            raise StoreImportError(f"{path}: line {n}: JSON nested too deeply to read") from None
     return rows
 
 # %% ../nbs/02_store.ipynb #47512493
