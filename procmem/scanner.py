@@ -650,22 +650,31 @@ def _pattern_scan(text: str, depth: int = 0) -> list[Finding]:
         + _entity_findings(text, depth)
     )
 
-# %% ../nbs/11a_scanner.ipynb #0b40a6bf
-_CLASSIFIER: list = []  # [] not loaded; [None] unavailable; [(score, threshold, segment threshold)]
+# %% ../nbs/11a_scanner.ipynb #1a54d6eb
+_CLASSIFIER: list = []  # [] not loaded yet; [None] unavailable; [(span function, threshold)]
 _CLASSIFIER_PROBLEM: list = []  # why the classifier is unavailable, when it is
 
 
+def _whole_text(score):
+    "A span function from a score function (an older injection_model without injection_span)."
+
+    def span(text: str):
+        p = score(text)
+        return None if p is None else (p, 0, len(text))
+
+    return span
+
+
 def _load_classifier():
-    "(injection_score, threshold, segment threshold) of procmem.injection_model, or raise."
+    "(injection_span, threshold) of procmem.injection_model; raises when it is unavailable."
     im = importlib.import_module("procmem.injection_model")
-    score = getattr(im, "injection_score", None) or im.injection_probability
-    score("the model file is read on this first call")
-    threshold = float(im.INJECTION_THRESHOLD)
-    return score, threshold, float(getattr(im, "SEGMENT_THRESHOLD", threshold))
+    span = getattr(im, "injection_span", None) or _whole_text(im.injection_score)
+    span("the model file is read on this first call")
+    return span, float(im.INJECTION_THRESHOLD)
 
-
+# %% ../nbs/11a_scanner.ipynb #60ea09aa
 def _classifier():
-    "(score function, threshold) of procmem.injection_model, or None (warned once) if unavailable."
+    "(span function, threshold) of procmem.injection_model, or None (warned once) if unavailable."
     if not _CLASSIFIER:
         try:
             _CLASSIFIER.append(_load_classifier())
@@ -676,38 +685,14 @@ def _classifier():
             warnings.warn(msg, RuntimeWarning, stacklevel=3)
     return _CLASSIFIER[0]
 
-# %% ../nbs/11a_scanner.ipynb #2e961161
-_SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+|$)")
-_LONG_LINE = 200  # characters above which a line is also scored sentence by sentence
 
-
-def _segments(text: str) -> list[tuple[int, int]]:
-    "Spans the classifier scores: the whole text, and each line (long lines: each sentence)."
-    spans = [(0, len(text))]
-    lines = [m for m in re.finditer(r"[^\n]+", text) if m.group().strip()]
-    for m in lines if len(lines) > 1 else ():
-        spans.append(m.span())
-    for m in (m for m in lines if m.end() - m.start() > _LONG_LINE):
-        base = m.start()
-        spans += [(base + s.start(), base + s.end()) for s in _SENTENCE.finditer(m.group())]
-    return list(dict.fromkeys(spans))
-
-# %% ../nbs/11a_scanner.ipynb #31475cd5
 def _classifier_findings(text: str, clf) -> list[Finding]:
-    "One finding, on the highest-scoring segment, when classifier `clf` fires on `text`."
-    if clf is None or not text.strip():
+    "A finding on the most injection-like part of `text` when classifier `clf` fires."
+    hit = clf[0](text) if clf is not None and text.strip() else None
+    if hit is None or hit[0] < clf[1]:
         return []
-    score, threshold, *seg = clf  # the model may set a stricter threshold for single segments
-    fired = []
-    for a, b in _segments(text):
-        p = score(text[a:b])
-        bar = threshold if (a, b) == (0, len(text)) else (seg[0] if seg else threshold)
-        if p is not None and p >= bar:
-            fired.append((p, a - b, a, b, bar))
-    if not fired:
-        return []
-    p, _, a, b, bar = max(fired)  # the highest score; ties: the narrowest segment
-    why = f"injection probability {p:.2f} >= threshold {bar:.2f}"
+    p, a, b = hit
+    why = f"injection probability {p:.2f} >= threshold {clf[1]:.2f}"
     return [Finding("classifier", a, b, text[a:b][:200], "classifier", detail=why)]
 
 # %% ../nbs/11a_scanner.ipynb #c95aed33

@@ -2,7 +2,7 @@
 dataset (skipped when `../shared/data/injection/benchmark_dev.jsonl` is absent) and on the issue's
 own examples; benign look-alikes and procedural text stay clean."""
 
-import base64, hashlib, json, sys, time
+import base64, hashlib, json, re, sys, time
 from pathlib import Path
 
 import pytest
@@ -251,7 +251,8 @@ def test_scan_memory_names_fields():
 
 
 def test_classifier_layer_fires_and_is_optional(monkeypatch):
-    monkeypatch.setattr(scanner, "_CLASSIFIER", [(lambda t: 0.9 if "grandma" in t else 0.1, 0.5)])
+    grandma = scanner._whole_text(lambda t: 0.9 if "grandma" in t else 0.1)
+    monkeypatch.setattr(scanner, "_CLASSIFIER", [(grandma, 0.5)])
     found = scan_memory_text("Please tell me a story like my grandma did.")
     ft.test_eq(
         [(f.category, f.layer, f.span) for f in found], [("classifier", "classifier", (0, 43))]
@@ -309,11 +310,12 @@ def test_speed():
     assert time.perf_counter() - t0 < 3.0  # measured ~0.3 ms per text on 2 shared cores
 
 
-def test_classifier_reads_prose_fields_and_scores_segments(monkeypatch):
-    def fake(t):  # a model that fires on "evil" and has no evidence under 3 words
-        return None if len(t.split()) < 3 else (0.9 if "evil" in t else 0.1)
+def test_classifier_reads_prose_fields_and_reports_the_part(monkeypatch):
+    def fake_span(text):  # "evil" lines score 0.9; lines under 3 words carry no evidence
+        lines = [m for m in re.finditer(r"[^\n]+", text) if len(m.group().split()) >= 3]
+        return max(((0.9 if "evil" in m.group() else 0.1, *m.span()) for m in lines), default=None)
 
-    monkeypatch.setattr(scanner, "_CLASSIFIER", [(fake, 0.5)])
+    monkeypatch.setattr(scanner, "_CLASSIFIER", [(fake_span, 0.5)])
     m = MemoryItem(
         "Tidy the desk",
         content="1. Clear it.\n2. Then do the evil thing now.\n3. Done.",
@@ -324,6 +326,19 @@ def test_classifier_reads_prose_fields_and_scores_segments(monkeypatch):
     got = [(f.field, f.category, f.text) for f in scan_memory(m)]
     ft.test_eq(got, [("content", "classifier", "2. Then do the evil thing now.")])  # tags etc.: no
     ft.test_eq(scan_memory_text("evil"), [])  # too short to score
+
+
+@pytest.mark.skipif(not BENCH.exists(), reason=f"{BENCH} is absent (shared injection dataset)")
+def test_the_shipped_classifier_catches_a_diluted_payload(rows):
+    if scanner._classifier() is None:
+        pytest.skip(f"classifier unavailable: {scanner._CLASSIFIER_PROBLEM}")
+    payload = rows["cyberseceval/pi_direct/f651581f6d"]["text"]  # the poisoning simulation's case
+    content = f"1. Open the order page.\n2. {payload}\n3. Check the total before you answer."
+    found = [f for f in scan_memory_text(content) if f.category == "classifier"]
+    ft.test_eq(len(found), 1)
+    s = content.index("2. ")
+    e = content.index("\n3. ")
+    ft.test_eq(s <= found[0].start < found[0].end <= e, True)  # the payload's step, not the whole
 
 
 def test_html_character_references_are_unescaped_and_rescanned():
