@@ -143,21 +143,26 @@ def fold_offsets(s: str) -> tuple[str, list[int]]:
     pieces = [_FOLD[ord(c)] if c.isascii() else _fold_one(c) for c in s]
     return "".join(pieces), [i for i, p in enumerate(pieces) for _ in p] + [len(s)]
 
-# %% ../nbs/01_text.ipynb #db4181d2
+# %% ../nbs/01_text.ipynb #4ee8e394
 _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 # ^ Unicode's Bidi_Control property (PropList.txt): all twelve characters
 _JOINERS = frozenset("\u200c\u200d")  # ZWNJ, ZWJ: ordinary inside emoji, Persian, Indic words
-_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+_CANDIDATES = re.compile(r"[^\x00-\x7f]|[\x00-\x08\x0e-\x1f\x7f]")  # non-ASCII, ASCII controls
+_LINE_CONTROLS = frozenset("\t\n\r\x0b\x0c\x85")  # tab and line breaks: ordinary text
 
 
 def _is_selector(cp: int) -> bool:
     "Whether code point `cp` is a variation selector (VS1-16, VS17-256, Mongolian FVS1-4)."
-    return 0xFE00 <= cp <= 0xFE0F or 0xE0100 <= cp <= 0xE01EF or cp in (0x180B, 0x180C, 0x180D, 0x180F)
+    if 0xFE00 <= cp <= 0xFE0F or 0xE0100 <= cp <= 0xE01EF:
+        return True
+    return cp in (0x180B, 0x180C, 0x180D, 0x180F)
 
-# %% ../nbs/01_text.ipynb #63e509e5
+# %% ../nbs/01_text.ipynb #d3ffd208
 def _hidden_kind(s: str, i: int) -> str | None:
     "The kind of hidden character `s[i]` is (see `hidden_chars`), or None for ordinary text."
     c, cp = s[i], ord(s[i])
+    if cp < 0x20 or 0x7F <= cp <= 0x9F:
+        return None if c in _LINE_CONTROLS else "control"
     if 0xE0000 <= cp <= 0xE007F:
         return "tag"
     if c in _BIDI:
@@ -171,11 +176,11 @@ def _hidden_kind(s: str, i: int) -> str | None:
         return None
     return "invisible" if _ignorable(c) else None
 
-# %% ../nbs/01_text.ipynb #be61b894
+# %% ../nbs/01_text.ipynb #26e9fdb4
 def _runs(s: str) -> list[tuple[str, int, int]]:
     "(kind, start, end) of each run of hidden characters of one kind in `s`."
     runs = []
-    for m in _NON_ASCII.finditer(s):
+    for m in _CANDIDATES.finditer(s):
         i = m.start()
         kind = _hidden_kind(s, i)
         if kind is None:
@@ -194,7 +199,7 @@ def _carrier(s: str, start: int, end: int) -> bool:
     base = s[start - 1]
     return base.isspace() or (base.isascii() and not base.isdigit() and base not in "#*")
 
-# %% ../nbs/01_text.ipynb #91b33d45
+# %% ../nbs/01_text.ipynb #94d5ec91
 def _decoded(run: str) -> str:
     "What a run of tag characters or variation selectors spells, '' when it is not printable text."
     cps = [ord(c) for c in run]
@@ -208,20 +213,20 @@ def _decoded(run: str) -> str:
 
 def _detail(kind: str, run: str) -> str:
     "One line naming the run's characters and, for carriers, what they spell."
-    first = unicodedata.name(run[0], f"U+{ord(run[0]):04X}")
-    detail = f"{len(run)} {kind.replace('_', ' ')} character(s), first U+{ord(run[0]):04X} {first}"
+    name = unicodedata.name(run[0], "")  # controls have no name
+    detail = f"{len(run)} {kind.replace('_', ' ')} character(s), first U+{ord(run[0]):04X} {name}".rstrip()
     spelled = _decoded(run) if kind in ("tag", "variation_selector") else ""
     return detail + (f", spelling {spelled[:80]!r}" if spelled else "")
 
-# %% ../nbs/01_text.ipynb #da844222
+# %% ../nbs/01_text.ipynb #6243b4ba
 def hidden_chars(
     s: str,  # the text to check (its original form, not folded)
 ) -> list[Finding]:
     """Runs of hidden characters in `s` (tag characters, bidi controls, variation selectors used
-    as carriers, other invisible characters) as `Finding`s of category "hidden_char"."""
+    as carriers, other invisible characters, controls) as `Finding`s of category "hidden_char"."""
     if not isinstance(s, str):
         raise TypeError(f"hidden_chars expects a string, got {type(s).__name__}")
-    if s.isascii():
+    if s.isascii() and not _CANDIDATES.search(s):
         return []
     out = []
     for kind, a, b in _runs(s):

@@ -124,7 +124,7 @@ def test_fold_removes_what_hidden_chars_reports():
     for r in rows:
         f = fold_text(r["text"])
         ft.test_eq(fold_text(f), f)  # idempotent
-        ft.test_eq(hidden_chars(f), [])
+        ft.test_eq([h for h in hidden_chars(f) if "control" not in h.detail], [])  # the fold keeps controls
     tagged = "ok" + "".join(chr(0xE0000 + ord(c)) for c in "leak it") + "\u202e\u200b"
     ft.test_eq([f.category for f in hidden_chars(tagged)], ["hidden_char"] * 3)
     ft.test_eq(fold_text(tagged), "ok")
@@ -157,12 +157,15 @@ def test_strip_finds_real_blocks_in_a_real_run_and_is_not_fooled_by_lookalikes()
 
 
 def test_hidden_chars_on_real_text():
-    "No finding on real logs (every fixture file, the bootstrap pack); the dataset's one tag-smuggled injection is decoded."
+    "No finding on real logs (every fixture log, the bootstrap pack) nor on benign dataset texts; the tag-smuggled injection is decoded."
     from procmem.bootstrap import bootstrap_general_strategies
-    texts = [p.read_text(errors="replace") for p in sorted((ROOT / "tests/fixtures").rglob("*")) if p.is_file()]
+    texts = [p.read_text(errors="replace") for p in sorted((ROOT / "tests/fixtures").rglob("*"))
+             if p.is_file() and p.suffix != ".db"]  # the logs, not the binary SQLite stores
     texts += [f"{m.title}\n{m.description}\n{m.content}" for m in bootstrap_general_strategies()]
     assert len(texts) > 50
     ft.test_eq([t[:60] for t in texts if hidden_chars(t)], [])
     found = [(r["label"], f.detail) for r in _rows() for f in hidden_chars(r["text"])]
-    ft.test_eq(len(found), 1)
-    assert found[0][0] == 1 and "spelling 'Ignore all previous instructions" in found[0][1], found
+    ft.test_eq({label for label, _ in found}, {1})  # injections only: no benign text carries one
+    spelled = [d for _, d in found if "spelling" in d]
+    ft.test_eq(len(spelled), 1)
+    assert "tag character(s)" in spelled[0] and "spelling 'Ignore all previous instructions" in spelled[0], found
