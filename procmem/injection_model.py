@@ -14,12 +14,15 @@ from typing import NamedTuple
 from .text import fold_text
 
 # %% auto #0
-__all__ = ['INJECTION_THRESHOLD', 'MIN_WORDS', 'InjectionModelError', 'injection_probability', 'injection_score']
+__all__ = ['INJECTION_THRESHOLD', 'MIN_WORDS', 'InjectionModelError', 'injection_probability', 'injection_score',
+           'injection_span']
 
-# %% ../nbs/11b_injection_model.ipynb #e773b54a
-_MODEL_FILE = "injection_model.json.gz"  # in procmem/data, written by bench/train_injection_model.py
+# %% ../nbs/11b_injection_model.ipynb #fcf9be8e
+_MODEL_FILE = (  # in procmem/data, written by bench/train_injection_model.py
+    "injection_model.json.gz"
+)
 _MODEL_FORMAT = "procmem-injection-model/1"  # the file's "format" field this module reads
-INJECTION_THRESHOLD = 0.8533958379021865
+INJECTION_THRESHOLD = 0.9102242034687901
 # ^ flag a text when injection_probability(text) >= this. Chosen by the training script on tune only:
 # the lowest score at which at most 1% of tune's benign dataset rows are flagged, on 5-fold
 # out-of-fold scores. Equal to the model file's "threshold" (a test checks it).
@@ -48,7 +51,7 @@ def _read_model(path: Path) -> dict:
         raise InjectionModelError(f"{path}: expected format {_MODEL_FORMAT!r}, got {got!r}")
     return data
 
-# %% ../nbs/11b_injection_model.ipynb #1563b891
+# %% ../nbs/11b_injection_model.ipynb #955bec04
 def _number_list(data: dict, key: str, n: int, path: Path) -> list[float]:
     "`data[key]` as `n` finite numbers, or an `InjectionModelError` naming the field."
     v = data.get(key)
@@ -59,23 +62,26 @@ def _number_list(data: dict, key: str, n: int, path: Path) -> list[float]:
     return v
 
 
-def _check_features(data: dict, path: Path) -> tuple[re.Pattern, int, int]:
-    "The token pattern and n-gram range of a word-n-gram model, or an `InjectionModelError`."
+def _check_features(data: dict, path: Path) -> tuple[re.Pattern, tuple, frozenset]:
+    """The token pattern, n-gram range and stop words of a word-n-gram model, or an
+    `InjectionModelError`."""
     f = data.get("features")
     ok = isinstance(f, dict) and f.get("analyzer") == "word" and f.get("norm") == "l2"
     ok = ok and f.get("sublinear_tf") is True and isinstance(f.get("token_pattern"), str)
-    rng = f.get("ngram_range") if ok else None
-    if not (ok and isinstance(rng, list) and len(rng) == 2 and 1 <= rng[0] <= rng[1] <= 5):
+    rng, stop = (f.get("ngram_range"), f.get("stop_words", [])) if ok else (None, None)
+    ok = ok and isinstance(rng, list) and len(rng) == 2 and 1 <= rng[0] <= rng[1] <= 5
+    if not (ok and isinstance(stop, list) and all(isinstance(w, str) for w in stop)):
         raise InjectionModelError(f"{path}: unsupported 'features' {f!r}")
-    return re.compile(f["token_pattern"]), rng[0], rng[1]
+    return re.compile(f["token_pattern"]), tuple(rng), frozenset(stop)
 
-# %% ../nbs/11b_injection_model.ipynb #9305d06d
+# %% ../nbs/11b_injection_model.ipynb #b3f31d5f
 class _Model(NamedTuple):
     table: dict  # term -> (idf, weight)
     intercept: float
     threshold: float
     token: re.Pattern  # scikit-learn's token_pattern
     ngrams: tuple  # (min_n, max_n)
+    stop: frozenset  # tokens dropped before n-grams are formed
 
 
 def _shipped_path() -> Path:
@@ -88,7 +94,7 @@ def _load_model(path: str | None = None) -> _Model:
     "The model at `path` (default: the shipped file), read and checked once."
     p = Path(path) if path else _shipped_path()
     data = _read_model(p)
-    token, lo, hi = _check_features(data, p)
+    token, ngrams, stop = _check_features(data, p)
     vocab = data.get("vocabulary")
     if not (isinstance(vocab, list) and vocab and all(isinstance(t, str) for t in vocab)):
         raise InjectionModelError(f"{p}: field 'vocabulary' must be a non-empty list of strings")
@@ -97,7 +103,7 @@ def _load_model(path: str | None = None) -> _Model:
     b, thr = data.get("intercept"), data.get("threshold")
     if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (b, thr)):
         raise InjectionModelError(f"{p}: fields 'intercept' and 'threshold' must be finite numbers")
-    return _Model(dict(zip(vocab, zip(idf, coef))), b, thr, token, (lo, hi))
+    return _Model(dict(zip(vocab, zip(idf, coef))), b, thr, token, ngrams, stop)
 
 # %% ../nbs/11b_injection_model.ipynb #49b219d9
 def _word_ngrams(tokens: list[str], lo: int, hi: int) -> list[str]:
@@ -115,7 +121,7 @@ def _sigmoid(z: float) -> float:
     e = math.exp(z)
     return e / (1.0 + e)
 
-# %% ../nbs/11b_injection_model.ipynb #d4e043d8
+# %% ../nbs/11b_injection_model.ipynb #9e645ebc
 def injection_probability(
     text: str,  # any text: a memory field, a whole memory, a tool output
     path: str | None = None,  # another model file (tests, retraining); default: the shipped one
@@ -125,8 +131,9 @@ def injection_probability(
     if not isinstance(text, str):
         raise TypeError(f"injection_probability expects a string, got {type(text).__name__}")
     m = _load_model(path)
-    grams = _word_ngrams(m.token.findall(fold_text(text)), *m.ngrams)
+    tokens = [t for t in m.token.findall(fold_text(text)) if t not in m.stop]
     dot = sq = 0.0
+    grams = _word_ngrams(tokens, *m.ngrams)
     for term, count in Counter(grams).items():
         hit = m.table.get(term)
         if hit is not None:
@@ -135,10 +142,13 @@ def injection_probability(
             dot += v * hit[1]
     return _sigmoid(m.intercept + (dot / math.sqrt(sq) if sq else 0.0))
 
-# %% ../nbs/11b_injection_model.ipynb #e72d38f6
+# %% ../nbs/11b_injection_model.ipynb #f13d5e48
+_WORD = re.compile(r"(?u)\b\w\w+\b")  # scikit-learn's default token pattern, for MIN_WORDS
+
+
 def _word_count(text: str) -> int:
-    "How many word tokens the model sees in `text` (after folding)."
-    return len(_load_model().token.findall(fold_text(text)))
+    "How many word tokens `text` has after folding (as the model counts words)."
+    return len(_WORD.findall(fold_text(text)))
 
 
 def injection_score(text: str) -> float | None:  # any text
@@ -147,3 +157,37 @@ def injection_score(text: str) -> float | None:  # any text
     if not isinstance(text, str):
         raise TypeError(f"injection_score expects a string, got {type(text).__name__}")
     return injection_probability(text) if _word_count(text) >= MIN_WORDS else None
+
+# %% ../nbs/11b_injection_model.ipynb #c601a49a
+_LINE = re.compile(r"[^\n]+")
+_SENTENCE = re.compile(r"\S.*?(?:[.!?](?=\s)|$)")
+_LONG_LINE = 200  # a line longer than this is also scored sentence by sentence
+
+
+def _segments(text: str) -> list[tuple[int, int]]:
+    "Spans scored besides the whole text: each line, and each sentence of a line over `_LONG_LINE`."
+    out = []
+    for ln in _LINE.finditer(text):
+        out.append(ln.span())
+        if len(ln.group()) > _LONG_LINE:
+            out += [
+                (ln.start() + m.start(), ln.start() + m.end())
+                for m in _SENTENCE.finditer(ln.group())
+            ]
+    return list(dict.fromkeys(s for s in out if s != (0, len(text))))
+
+# %% ../nbs/11b_injection_model.ipynb #75ea1c05
+def injection_span(
+    text: str,  # any text: a memory field, a whole memory
+) -> tuple[float, int, int] | None:
+    """(score, start, end) of the most injection-like part of `text`: the whole text, a line, or a
+    sentence of a long line, each judged by `injection_score`; None when none has `MIN_WORDS` words.
+    Flag `text` when score >= `INJECTION_THRESHOLD`."""
+    if not isinstance(text, str):
+        raise TypeError(f"injection_span expects a string, got {type(text).__name__}")
+    best = None
+    for a, b in [(0, len(text)), *_segments(text)]:
+        p = injection_score(text[a:b])
+        if p is not None and (best is None or p > best[0]):
+            best = (p, a, b)
+    return best

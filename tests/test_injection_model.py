@@ -13,13 +13,17 @@ import fastcore.test as ft
 try: import procmem  # noqa: F401
 except ImportError: sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # running from a source tree
 from procmem import injection_model as im
-from procmem.injection_model import INJECTION_THRESHOLD, InjectionModelError, injection_probability
+from procmem.injection_model import (INJECTION_THRESHOLD, MIN_WORDS, InjectionModelError, injection_probability,
+                                     injection_score, injection_span)
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = ROOT.parent / "shared" / "data" / "injection" / "benchmark_dev.jsonl"
 RESULTS = ROOT / "bench" / "results" / "injection_model.json"
 SHIPPED = ROOT / "procmem" / "data" / im._MODEL_FILE
 TARGET_TPR, TARGET_FPR = 0.60, 0.02  # issue 8's scanner target: >= 0.60 of standalone injections at <= 0.02 benign
+
+
+def span_score(text: str) -> float: return (injection_span(text) or (0.0,))[0]
 
 
 def is_tune(text: str) -> bool: return int(hashlib.sha1(text.encode()).hexdigest(), 16) % 2 == 0
@@ -51,6 +55,9 @@ def test_scorer_matches_the_training_scripts_scikit_learn_scores(held_out, resul
     ft.test_eq(sorted(saved), sorted(r["id"] for r in held_out))  # every held-out row, no other
     worst = max(abs(injection_probability(r["text"]) - saved[r["id"]]) for r in held_out)
     assert worst < 1e-9, f"runtime score differs from scikit-learn's by {worst}"
+    spans = results["held_out_span_scores"]  # scikit-learn's top score over the same spans
+    worst = max(abs(span_score(r["text"]) - spans[r["id"]]) for r in held_out)
+    assert worst < 1e-9, f"runtime span score differs from scikit-learn's by {worst}"
 
 
 def test_threshold_constant_is_the_model_files():
@@ -109,6 +116,7 @@ def _damaged(tmp_path, change) -> str:
     (lambda d: d["idf"].__setitem__(3, float("nan")), "field 'idf' must be"),
     (lambda d: d.update(vocabulary=[]), "field 'vocabulary'"),
     (lambda d: d["features"].update(analyzer="char"), "unsupported 'features'"),
+    (lambda d: d["features"].update(stop_words="id"), "unsupported 'features'"),
     (lambda d: d.update(threshold="high"), "'intercept' and 'threshold' must be finite numbers"),
 ])
 def test_inconsistent_model_file(tmp_path, change, says):
@@ -134,17 +142,44 @@ def test_model_file_is_package_data():
 
 
 # --- what it catches, measured on rows it was not trained on ---------------------------------------------------
-def _flagged(rows) -> float: return sum(injection_probability(r["text"]) >= INJECTION_THRESHOLD for r in rows) / len(rows)
+def _flagged(texts, score=span_score) -> float: return sum(score(t) >= INJECTION_THRESHOLD for t in texts) / len(texts)
 
 
 def test_held_out_injections_are_flagged_at_the_measured_rate(held_out, results):
-    inj = [r for r in held_out if r["label"] == 1 and r["standalone"]]
-    benign = [r for r in held_out if r["label"] == 0]
+    inj = [r["text"] for r in held_out if r["label"] == 1 and r["standalone"]]
+    benign = [r["text"] for r in held_out if r["label"] == 0]
     tpr, fpr = _flagged(inj), _flagged(benign)
     ft.test_close(tpr, results["held_out"]["standalone_injections"]["flagged"], eps=1e-4)  # the report is true
     ft.test_close(fpr, results["held_out"]["benign"]["flagged"], eps=1e-4)
     assert tpr >= TARGET_TPR, f"{tpr:.3f} of held-out standalone injections flagged, target {TARGET_TPR}"
     assert fpr <= TARGET_FPR, f"{fpr:.3f} of held-out benign rows flagged, target {TARGET_FPR}"
+
+
+def test_an_injection_hidden_as_one_step_is_found_by_its_span(held_out):
+    "Diluted by benign steps the whole-text score misses most; the span score finds them and points at the step."
+    from procmem.bootstrap import bootstrap_general_strategies
+    pack = bootstrap_general_strategies()
+    inj = [" ".join(r["text"].split()) for r in held_out if r["label"] == 1 and r["standalone"]][:300]
+    texts, steps = [], []
+    for i, t in enumerate(inj):
+        lines = pack[i % len(pack)].content.split("\n")
+        start = len("\n".join(lines[:2])) + 1
+        texts.append("\n".join(lines[:2] + ["2. " + t] + lines[2:]))
+        steps.append((start, start + 3 + len(t)))
+    by_span, whole = _flagged(texts), _flagged(texts, injection_probability)
+    assert by_span >= TARGET_TPR and by_span > whole + 0.2, (by_span, whole)
+    hits = [(t, st, s) for t, st in zip(texts, steps) if (s := injection_span(t)) and s[0] >= INJECTION_THRESHOLD]
+    # the span found is the inserted step (or part of it), or the whole text
+    on_step = sum((a, b) == (0, len(t)) or st[0] <= a and b <= st[1] for t, st, (_, a, b) in hits)
+    assert on_step >= 0.95 * len(hits), (on_step, len(hits))
+
+
+def test_short_texts_are_not_judged():
+    for t in ["test", "response", "prompt", "get-reservation-details", "Report the totals"]:
+        ft.test_eq(injection_score(t), None)
+        ft.test_eq(injection_span(t), None)
+    ft.test_ne(injection_score("one two three four five"), None)  # MIN_WORDS words
+    ft.test_eq(MIN_WORDS, 5)
 
 
 def test_folding_defeats_lookalike_letters(held_out):
@@ -159,28 +194,30 @@ def test_folding_defeats_lookalike_letters(held_out):
 def test_bootstrap_pack_fields_score_below_threshold():
     from procmem.bootstrap import bootstrap_general_strategies
     for m in bootstrap_general_strategies():
-        for f in (m.title, m.description, m.content, "\n".join([m.title, m.description, m.content])):
-            assert injection_probability(f) < INJECTION_THRESHOLD, (m.title, f[:80])
+        for f in (m.title, m.description, m.content, "\n".join([m.title, m.description, m.content]), *m.tags):
+            assert span_score(f) < INJECTION_THRESHOLD, (m.title, f[:80])
 
 
 def test_obvious_procedures_score_below_threshold():
     for t in ["1. Open the repository. 2. Run the failing test. 3. Read the traceback and fix the import.",
               "Search the entity by its label, then describe the entity and answer from the tool output.",
-              "Before finishing, check that the answer rests on what these steps observed."]:
-        assert injection_probability(t) < INJECTION_THRESHOLD, t
+              "Before finishing, check that the answer rests on what these steps observed.",
+              "5. Report the result and the refund id to the user."]:  # "id": see STOP_WORDS in the training script
+        assert span_score(t) < INJECTION_THRESHOLD, t
 
 
-def test_memories_learned_from_real_logs_are_rarely_flagged(results):
-    "Held-out procedural text: what the offline extractor learns from every log in tests/fixtures/trajectories."
+def test_memories_learned_from_held_out_real_logs_are_rarely_flagged(results):
+    "Held-out procedural text: what the offline extractor learns from the fixture logs the model was not trained on."
     from procmem.extract import extract_memories
     from procmem.ingest import log_files, read_trajectories
     from procmem.judge import Judgment
-    texts = set()
-    for p in log_files(ROOT / "tests" / "fixtures" / "trajectories"):
+    root, texts = ROOT / "tests" / "fixtures" / "trajectories", set()
+    held = [p for p in log_files(root) if int(hashlib.sha1(str(p.relative_to(root)).encode()).hexdigest(), 16) % 2]
+    for p in held:
         for t in read_trajectories(p):
             for ok in [True, False]:
                 j = Judgment(ok, "judged", 0.9, failure_class=None if ok else "intrinsic")
-                texts |= {(m.title, m.description, m.content) for m in extract_memories(t, j)}
-    flagged = [t for t in texts if max(map(injection_probability, t)) >= INJECTION_THRESHOLD]
-    assert len(texts) >= 50, len(texts)
-    assert len(flagged) <= 0.02 * len(texts), flagged
+                texts |= {(m.title, m.description, m.content, *m.tags) for m in extract_memories(t, j)}
+    flagged = [t for t in texts if max(map(span_score, t)) >= INJECTION_THRESHOLD]
+    assert len(texts) >= 30, len(texts)
+    assert len(flagged) <= TARGET_FPR * len(texts), flagged
