@@ -541,7 +541,7 @@ def _cmd_show(args) -> int:
     _print_json(item.to_dict())
     return 0
 
-# %% ../nbs/13_cli.ipynb #4d3a1e2d
+# %% ../nbs/13_cli.ipynb #520118f8
 def _cmd_list(args) -> int:
     """`procmem list`: one aligned line per active memory (id, source type, domain, title), or with
     `--quarantined` the quarantined ones and their reasons; or a JSON list."""
@@ -557,7 +557,8 @@ def _cmd_list(args) -> int:
         print("No quarantined memories." if args.quarantined else "No memories.")
     _print_rows(items, args.quarantined)
     if len(items) < total:
-        n = _plural(total, f"{status} memory" if args.quarantined else "memory", "memories")
+        one = "quarantined memory" if args.quarantined else "memory"
+        n = _plural(total, one, one.replace("memory", "memories"))
         print(f"({len(items)} of {n} shown; raise --limit to see more)")
     if held:
         n = _plural(held, "quarantined memory", "quarantined memories")
@@ -913,10 +914,28 @@ def _read_input(args) -> IngestReport:
         _say(kind, line)
     return report
 
-# %% ../nbs/13_cli.ipynb #cb38dcf8
-_ACTIONS = dict(add="added", merge="merged", replace="replaced", skip="skipped", reject="rejected")
+# %% ../nbs/13_cli.ipynb #a19644ba
+_ACTIONS = dict(
+    add="added",
+    merge="merged",
+    replace="replaced",
+    skip="skipped",
+    reject="rejected",
+    quarantine="quarantined",
+)
 
-# %% ../nbs/13_cli.ipynb #c5b3aa1c
+
+def _top_reasons(decisions, action: str) -> dict:
+    """The 5 commonest first reasons of the decisions with `action`, quoted values and numbers
+    elided."""
+    reasons = Counter(
+        re.sub(r"'[^']*'|\"[^\"]*\"|[0-9.]+", "…", d.reasons[0])
+        for d in decisions
+        if d.action == action and d.reasons
+    )
+    return dict(reasons.most_common(5))
+
+# %% ../nbs/13_cli.ipynb #36f33900
 def learn_summary(
     results,  # `LearnResult`s, one per trajectory
     lessons=(),  # gate decisions on lessons read from the logs (e.g. ALFWorld reflections)
@@ -925,11 +944,6 @@ def learn_summary(
     verdicts = Counter(verdict_label(r.judgment) for r in results)
     decisions = [d for r in results for d in r.decisions] + list(lessons)
     actions = Counter(d.action for d in decisions)
-    reasons = Counter(
-        re.sub(r"'[^']*'|\"[^\"]*\"|[0-9.]+", "…", d.reasons[0])
-        for d in decisions
-        if d.action == "reject" and d.reasons
-    )
     costs = [r.usage.cost_usd for r in results]
     return dict(
         trajectories=len(results),
@@ -937,18 +951,20 @@ def learn_summary(
         candidates=len(decisions),
         lessons=len(lessons),
         memories={name: actions[a] for a, name in _ACTIONS.items()},
-        reject_reasons=dict(reasons.most_common(5)),
+        reject_reasons=_top_reasons(decisions, "reject"),
+        quarantine_reasons=_top_reasons(decisions, "quarantine"),
         input_tokens=sum(r.usage.input_tokens for r in results),
         output_tokens=sum(r.usage.output_tokens for r in results),
         cost_usd=None if None in costs else round(sum(costs), 6),
     )
 
-# %% ../nbs/13_cli.ipynb #c8b3ba29
+# %% ../nbs/13_cli.ipynb #cd1eecff
 def _print_learn(results, summary: dict) -> None:
     "A table of trajectories (verdict, judge, gate actions) and the summary lines."
     if results:
         print(
             f"{'trajectory':<24} {'verdict':<9} {'class':<10} {'judge':<22} add merge repl skip rej"
+            " quar"
         )
     for r in results:
         row = r.summary()
@@ -956,6 +972,7 @@ def _print_learn(results, summary: dict) -> None:
             f"{_one_line(row['trajectory_id'])[:24]:<24} {verdict_label(r.judgment):<9}"
             f" {row['failure_class'] or '-':<10} {row['judge'][:22]:<22} {row['added']:>3}"
             f" {row['merged']:>5} {row['replaced']:>4} {row['skipped']:>4} {row['rejected']:>3}"
+            f" {row.get('quarantined', 0):>4}"
         )
     _print_totals(summary)
 
@@ -974,8 +991,9 @@ def _print_totals(s: dict) -> None:
         + ", ".join(f"{n} {name}" for name, n in m.items())
         + f" (of {s['candidates']} candidates{lessons})"
     )
-    for reason, n in s["reject_reasons"].items():
-        print(f"  rejected {n}x: {_one_line(reason)}")
+    for what in ("reject", "quarantine"):
+        for reason, n in s.get(f"{what}_reasons", {}).items():
+            print(f"  {_ACTIONS[what]} {n}x: {_one_line(reason)}")
     cost = "n/a" if s["cost_usd"] is None else f"${s['cost_usd']:.4f}"
     print(f"tokens: {s['input_tokens']} in, {s['output_tokens']} out; cost {cost}")
 

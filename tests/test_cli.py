@@ -477,7 +477,7 @@ def test_learn_reports_junk_and_learns_the_rest(tmp_path):
     ft.test_eq(j["trajectories"], sum(f["read"] for f in read))
     ft.test_eq(sum(j["verdicts"].values()), j["trajectories"])
     ft.test_eq(set(j["verdicts"]), {"success", "failure", "extrinsic", "unknown"})
-    ft.test_eq(set(j["memories"]), {"added", "merged", "replaced", "skipped", "rejected"})
+    ft.test_eq(set(j["memories"]), {"added", "merged", "replaced", "skipped", "rejected", "quarantined"})
     ft.test_eq(sum(j["memories"].values()), j["candidates"])
     ft.test_eq(j["lessons"], sum(f["candidates"] for f in read))  # ALFWorld reflections, gated
     assert j["lessons"] > 0 and j["candidates"] > j["lessons"], j
