@@ -2,7 +2,7 @@
 numbered without gaps, in input order, and an item is left out only when it could not have fit."""
 import re, sys
 from pathlib import Path
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 try: import procmem  # noqa: F401
 except ImportError: sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # running from a source tree
@@ -189,6 +189,7 @@ import html, unicodedata, urllib.parse
 from functools import lru_cache
 from procmem.text import fold_text
 
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]  # big adversarial strings on a loaded CI machine
 _MARKERS = [INJECT_CLOSE.format(_N), INJECT_OPEN.format(_N), "</procmem-memories>", "<procmem-memories>", "procmem-memories"]
 _INVISIBLE = ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad", "\u202e", "\u2066", "\u200f", "\U000e0041",
               "\U000e007f", "\ufe0f", "\U000e0100", "\u3164", "\u034f"]
@@ -266,7 +267,7 @@ def _check_frame(block: str, nonce: str) -> None:
 
 def test_the_forged_markers_are_markers():
     "The strategies really forge markers: each raw forgery spells a marker (else a clean block would prove nothing)."
-    @settings(max_examples=200, deadline=None)
+    @settings(max_examples=200, deadline=None, suppress_health_check=_SLOW_OK)
     @given(_forged_marker())
     def check(forged):
         assert _spells_marker(forged), forged
@@ -274,7 +275,7 @@ def test_the_forged_markers_are_markers():
     assert {"р", "о", "е"} <= set(_lookalikes()["p"] + _lookalikes()["o"] + _lookalikes()["e"])  # the issue's Cyrillic
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, suppress_health_check=_SLOW_OK)
 @given(st.lists(_attack_items, min_size=1, max_size=4), st.integers(0, 5))
 def test_memory_text_cannot_escape_or_spoof_the_frame(items, max_bullets):
     nonce = new_nonce()
@@ -284,7 +285,7 @@ def test_memory_text_cannot_escape_or_spoof_the_frame(items, max_bullets):
     assert injected_memories(items, max_bullets=max_bullets, budget_chars=10**6) == items
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, suppress_health_check=_SLOW_OK)
 @given(_attack)
 def test_neutralised_text_never_spells_a_marker(text):
     out = neutralize_text(text)
