@@ -97,13 +97,13 @@ def _replace_spoofs(line: str) -> str:
         pos = b
     return "".join(out) + line[pos:] if out else line
 
-# %% ../nbs/05_inject.ipynb #dcf9a6c7
+# %% ../nbs/05_inject.ipynb #3afc5c6f
 _ENCODED = re.compile(r"&|%[0-9a-f]{2}|\\[ux]")
 _ESCAPE = re.compile(r"\\u([0-9a-f]{4})|\\x([0-9a-f]{2})")
 _SPELLED = re.compile(  # the marker's letters with anything but letters between them; 0 and 3 read as o, e
     "[^a-z]*".join({"o": "[o0]", "e": "[e3]"}.get(c, c) for c in "procmemmemor")
 )
-_WHOLE_REMOVED = "[removed text imitating a delimiter]"
+_WHOLE_REMOVED = _REMOVED  # the same placeholder: one thing for the gates to recognise
 
 
 def _decoded(text: str) -> str:
