@@ -58,7 +58,7 @@ def _first_label(places, keys=_LABEL_KEYS, reward_rule: str = "positive") -> dic
                     return o
     return None
 
-# %% ../nbs/07b_agent_logs.ipynb #11a7afb6
+# %% ../nbs/07b_agent_logs.ipynb #0163e59a
 _UNREADABLE = (ValueError, KeyError, TypeError, AttributeError, IndexError)
 
 
@@ -66,7 +66,7 @@ def _read_records(build, records, keys: LogKeys):
     """Yield `build(record)` with the user's `keys` applied, for each (index, record) of `records`;
     a record that cannot be read gives a `RecordError`."""
     for index, rec in records:
-        if isinstance(rec, (str, Path)):  # the adapters read a path given by a user, never a log's content
+        if isinstance(rec, (str, Path)):  # a log's content is never a path to open
             yield RecordError(index, f"expected a parsed log record, got a {type(rec).__name__}")
             continue
         try:

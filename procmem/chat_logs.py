@@ -126,9 +126,9 @@ def _tool_output(content) -> tuple[str, str | None]:
         return "", text.strip() or "tool error (no message)"
     return text, None
 
-# %% ../nbs/07a_chat_logs.ipynb #72b66a62
+# %% ../nbs/07a_chat_logs.ipynb #5afdc23f
 def _call_id(v):
-    "A tool call's id as a dict key: strings and numbers as they are, anything else as its JSON text."
+    "A tool call's id as a dict key: strings and numbers as they are, anything else as JSON text."
     if v is None or isinstance(v, (str, int, float)):
         return v
     return json.dumps(_jsonable(v), sort_keys=True)

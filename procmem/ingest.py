@@ -183,7 +183,7 @@ def _all_records(data, has) -> bool:
     recs = [r for _, r in _records(data)]
     return bool(recs) and all(isinstance(r, dict) for r in recs) and any(map(has, recs))
 
-# %% ../nbs/07d_ingest.ipynb #1d199776
+# %% ../nbs/07d_ingest.ipynb #76c92b9f
 def _is_generic(rec) -> bool:
     "Whether `rec` is procmem's generic trajectory object (it has a list of steps)."
     return isinstance(rec, dict) and isinstance(rec.get("steps"), list)
@@ -204,7 +204,9 @@ def _read_generic(data, keys: LogKeys):
 
 def _keys_of(rec) -> str:
     "'keys [...]' of a record for messages; 'a <type>' for a record that is no object."
-    return f"keys {sorted(map(str, rec))[:8]}" if isinstance(rec, dict) else f"a {type(rec).__name__}"
+    if not isinstance(rec, dict):
+        return f"a {type(rec).__name__}"
+    return f"keys {sorted(map(str, rec))[:8]}"
 
 
 def _detect_generic(data) -> bool:

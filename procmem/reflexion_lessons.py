@@ -222,13 +222,13 @@ def _alfworld_reflections(
             out += [(text, {**origin, **env})] if text.strip() else []
     return out
 
-# %% ../nbs/07g_reflexion_lessons.ipynb #a37ed6e4
+# %% ../nbs/07g_reflexion_lessons.ipynb #5bc00b5a
 def _read_alfworld_results(
     data: list,  # the parsed env_results list
     keys: LogKeys | None = None,  # ignored: the records have fixed keys
 ) -> list:
-    """The `reflexion_alfworld` reader: each reflection as a candidate pitfall `MemoryItem`; one that
-    cannot be a memory (too long, an odd environment name) is a RecordError."""
+    """The `reflexion_alfworld` reader: each reflection as a candidate pitfall `MemoryItem`; one
+    that cannot be a memory (too long, an odd environment name) is a RecordError."""
     out = []
     for x in _alfworld_reflections(data):
         out += [x] if isinstance(x, RecordError) else _lesson_or_error(x)

@@ -173,7 +173,7 @@ def _rlm_run_steps(iters) -> tuple[list, str | None]:
             answer = _as_text(it["final_answer"])
     return steps, answer
 
-# %% ../nbs/07c_research_logs.ipynb #3ea7f745
+# %% ../nbs/07c_research_logs.ipynb #c0838128
 def _rlm_run(k: int, run: list, meta: dict, keys: LogKeys) -> Trajectory:
     "Run `k` (`[first line, run_context, iterations]`) as a `Trajectory`; the user's keys applied."
     first, ctx, iters = run
@@ -181,7 +181,8 @@ def _rlm_run(k: int, run: list, meta: dict, keys: LogKeys) -> Trajectory:
     steps, answer = _rlm_run_steps(iters)
     task = "(--task-key)" if keys.task else _rlm_task(ctx, iters)
     stamp = _as_text(record.get("timestamp"))
-    tid = f"rlm-{k}-" + hashlib.sha1(f"{stamp}\x1f{task}".encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    key = f"{stamp}\x1f{task}".encode("utf-8", "surrogatepass")  # a lone surrogate still hashes
+    tid = f"rlm-{k}-" + hashlib.sha1(key).hexdigest()[:10]
     md = dict(
         format="rlm_jsonl", run=k, line=first, iterations=[i.get("iteration") for _, i in iters]
     )

@@ -301,7 +301,7 @@ def from_taubench(
         metadata=_tau_metadata(record),
     )
 
-# %% ../nbs/07f_tool_logs.ipynb #3ee00951
+# %% ../nbs/07f_tool_logs.ipynb #b046204a
 def _is_taubench(data) -> bool:
     "Whether a parsed JSON document is a tau-bench results list."
     return (
@@ -314,8 +314,8 @@ def _is_taubench(data) -> bool:
 
 
 def _read_taubench(data, keys: LogKeys):
-    "One trajectory per tau-bench result; a malformed result is a `RecordError`."
-    return _read_records(from_taubench, enumerate(data), keys)
+    "One trajectory per tau-bench result; a malformed result (or a non-list) is a `RecordError`."
+    return _read_records(from_taubench, enumerate(data if isinstance(data, list) else [data]), keys)
 
 
 register_format(LogFormat("tau-bench", "json", _is_taubench, _read_taubench, 20, (".json",)))
