@@ -301,7 +301,7 @@ def _numbers(text: str):
     for m in _NUMBER_RX.finditer(text):
         yield "number", m.start(), m.end()
 
-# %% ../nbs/01a_values.ipynb #5f35d3e8
+# %% ../nbs/01a_values.ipynb #bc63f7bc
 _DOWNLOAD = r"\b(?:curl|wget|fetch|iwr|irm|invoke-webrequest|invoke-restmethod)\b"
 _LINE = r"[^\n`]{0,300}"  # the rest of a command line, bounded (linear time on long lines)
 _SHELL_PARTS = (
@@ -315,14 +315,16 @@ _SHELL_PARTS = (
     r"\bchmod\s+(?:-R\s+)?(?:0?777|[ugoa]*\+s)\b",
     rf"/dev/tcp/|\bnc(?:at)?\s+{_LINE}-[ec]\s+/bin/",  # reverse shells
     r"\b(?:curl|wget)\s+[^\n`|;&]{0,300}?(?:https?://|\b[\w-]+\.[\w.-]+)",  # a download
-    r"\b(?:scp|rsync)\s+[^\n`|;&]{0,300}?[\w.-]+@?[\w.-]+:[\w~/.-]",  # a copy to/from a remote host
-    r"\bssh\s+(?:-\S+\s+)*[\w.-]+@[\w.-]+",  # ssh user@host
+    r"\b(?:scp|rsync)\s+(?:[^\n`|;&]{0,300}?\s)?(?!https?:|ftp:)[\w.-]+@?[\w.-]+:[\w~/.-]",
+    r"\bssh\s+(?:-\S+\s+)*[\w.-]+@[\w.-]+",  # scp/rsync to or from host:path; ssh user@host
     r"\b(?:mailx?\s+(?:-\w\s+(?:\"[^\"\n]*\"|'[^'\n]*'|\S+)\s+)+|(?:sendmail|mutt)\s+(?:-\S+\s+)*)"
     r"[\w.+-]+@[\w-]+\.\w",  # mail -s subject to an address
     r"\bnc(?:at)?\s+(?:-\S+\s+)*[\w.-]+\s+\d{1,5}\b",  # netcat to host port
     rf"\binvoke-expression\b|\biex\s*\(|powershell(?:\.exe)?\s+{_LINE}-e(?:nc|ncodedcommand)?\s+",
 )
-_SHELL_RX = re.compile(r"(?i)(?:" + "|".join(_SHELL_PARTS) + ")")
+_SHELL_RX = re.compile(  # a command stays on its line: \s is a space or tab here
+    r"(?i)(?:" + "|".join(_SHELL_PARTS).replace(r"\s", r"[^\S\n]") + ")"
+)
 _LINE_END = re.compile(r"\n|`|\"|\.\s|\.$|\s+(?:to|and|then|so|which|before|after)\s+\w")
 
 
