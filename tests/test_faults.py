@@ -9,7 +9,7 @@
 - stores written by older procmem versions (tests/fixtures/stores, written by the code of older
   commits, see make_old_stores.py) -> read read-only without a byte changed, migrated on the first
   writable open, every field and event kept."""
-import hashlib, json, os, shutil, sqlite3, subprocess, sys, textwrap
+import hashlib, json, os, random, shutil, sqlite3, subprocess, sys, textwrap
 from pathlib import Path
 
 import fastcore.test as ft
@@ -19,8 +19,6 @@ from procmem.store import STORE_FORMAT, StoreError, validate_store
 
 FIXTURES = Path(__file__).parent / "fixtures"
 OLD_STORES = FIXTURES / "stores"
-IO_ERROR_IS_NOT_DAMAGE = pytest.mark.xfail(strict=True, reason="REQUESTS8 reliability -> store (01:28): classify_file "
-                                           "calls a store it cannot read for an I/O error 'damaged, run repair'")
 
 
 def _env():
@@ -47,6 +45,20 @@ def _sha(p: Path) -> str:
 
 def _snapshot(d: Path) -> dict:
     return {f.name: _sha(f) for f in sorted(d.iterdir()) if f.is_file()}
+
+
+_VERBS = ["Open", "Check", "Compare", "Select", "Copy", "Verify", "Close", "Save", "Filter", "Sort", "Export", "Review"]
+_NOUNS = ["invoice", "cart", "settings page", "order history", "shipping form", "report", "calendar", "inbox",
+          "dashboard", "profile", "address book", "price list", "ticket queue", "log file", "backup folder"]
+_ADJ = ["latest", "pending", "archived", "monthly", "shared", "draft", "failed", "weekly", "primary", "old"]
+
+
+def _procedure(j: int, n: int = 6) -> tuple[str, str]:
+    "A distinct, plausible (title, numbered procedure) that the CLI's gates accept (n steps, ~60 chars each)."
+    r = random.Random(j)
+    steps = [f"{k}. {r.choice(_VERBS)} the {r.choice(_ADJ)} {r.choice(_NOUNS)} and note the {r.choice(_ADJ)} "
+             f"{r.choice(_NOUNS)}" for k in range(1, n + 1)]
+    return f"{r.choice(_VERBS)} the {r.choice(_ADJ)} {r.choice(_NOUNS)} before editing the {r.choice(_NOUNS)}", "\n".join(steps)
 
 
 def _one_error_line(r):
@@ -144,7 +156,7 @@ def tmpfs_run(tmp_path_factory):
         {sys.executable} -c "$FILL" {d}/mnt/m.db 0 > {d}/out/fill.json
         set +e
         dd if=/dev/zero of={d}/mnt/filler bs=1k 2> /dev/null  # the last free blocks too: the disk is full
-        {cli} add --title "Added on a full disk" --content "1. nothing" > {d}/out/add.out 2> {d}/out/add.err
+        {cli} add --title "Check the cart total before paying" --content "$PROC" > {d}/out/add.out 2> {d}/out/add.err
         echo $? > {d}/out/add.rc
         {cli} import {d}/batch.jsonl > {d}/out/import.out 2> {d}/out/import.err
         echo $? > {d}/out/import.rc
@@ -155,9 +167,10 @@ def tmpfs_run(tmp_path_factory):
     """)
     with open(d / "batch.jsonl", "w") as f:
         for j in range(200):
-            f.write(json.dumps(dict(title=f"Imported {j} widget", content="line " * 300, id=f"imp{j}")) + "\n")
+            title, content = _procedure(j, 30)
+            f.write(json.dumps(dict(title=title, content=content, id=f"imp{j}")) + "\n")
     r = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=300,
-                       env={**_env(), "FILL": FILL})
+                       env={**_env(), "FILL": FILL, "PROC": _procedure(12345, 8)[1]})
     assert r.returncode == 0, r.stderr
     return d / "out", json.loads((d / "out" / "fill.json").read_text())
 
@@ -211,20 +224,25 @@ def test_disk_full_tmpfs_raises_store_error(tmpfs_run):
 
 
 def test_disk_full_tmpfs_cli_says_so_in_one_line(tmpfs_run):
-    """`procmem import` of 200 memories on the full disk: one line, exit 2, nothing imported. A small `add`
-    may still fit in the WAL space a failed transaction left (SQLite reuses it): if it fails, same rules."""
+    """`procmem import` of 200 memories on the full disk: exit 2 with one error line; what it reported as
+    added before the disk filled is in the store, nothing else. A small `add` may still fit in the WAL
+    space a failed transaction left (SQLite reuses it): if it fails, the same rules."""
     d, _ = tmpfs_run
     for cmd in ("add", "import"):
         rc, err = int((d / f"{cmd}.rc").read_text()), (d / f"{cmd}.err").read_text()
         if cmd == "add" and rc == 0:
             continue
-        assert rc == 2 and (d / f"{cmd}.out").read_text() == "", (cmd, rc, err)
+        assert rc == 2, (cmd, rc, err)
         assert err.count("\n") == 1 and err.startswith("procmem: error: ") and "repair" not in err, (cmd, err)
         assert "disk" in err.lower() or "full" in err.lower() or "space" in err.lower(), (cmd, err)
     assert int((d / "list.rc").read_text()) == 0  # reading a full disk's store still works
+    reported = {l.split()[1] for l in (d / "import.out").read_text().splitlines() if l.startswith("added ")}
     with MemoryStore(d / "m.db") as s:
-        assert not any(m.id.startswith("imp") for m in s)  # the import: all or nothing
-        added = [m for m in s if m.title == "Added on a full disk"]
+        assert s.check() == []
+        stored = {m.id for m in s if m.id.startswith("imp")}
+        assert reported <= stored and stored <= reported | {m.id for m in s if m.id.startswith("imp") and
+                                                            m.confidence > 0.1}, (reported, stored)
+        added = [m for m in s if m.title == "Check the cart total before paying"]
         assert len(added) == (int((d / "add.rc").read_text()) == 0)  # an acknowledged add is kept
 
 
@@ -236,14 +254,15 @@ def _fsize_limit(limit):
     return set_limit
 
 
-@pytest.mark.parametrize("limit", [pytest.param(1000, marks=IO_ERROR_IS_NOT_DAMAGE), 40_000])
+@pytest.mark.parametrize("limit", [1000, 40_000])
 def test_disk_full_rlimit_cli_never_says_damaged(tmp_path, limit):
     """Writes that cannot grow a file (limit 1000: not even the WAL index; 40 KB: a few WAL frames) give
     one line, exit 2, saying the disk is full; read commands never call the healthy store damaged."""
     db = tmp_path / "m.db"
     _base_store(db)
     lim = _fsize_limit(limit)
-    for argv in (["add", "--title", "Hello world", "--content", "1. do x " * 500], ["bootstrap"], ["search", "hello"],
+    title, content = _procedure(12345, 60)
+    for argv in (["add", "--title", title, "--content", content], ["bootstrap"], ["search", "hello"],
                  ["list"], ["stats"]):
         r = _cli(*argv, store=db, preexec_fn=lim)
         assert "damaged" not in r.stderr and "repair" not in r.stderr, (argv, r.stderr)

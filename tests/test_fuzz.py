@@ -1,0 +1,727 @@
+"""Fuzzing (issue 8, reliability) with hypothesis: whatever arrives from outside -- any JSON shape, huge
+strings, Unicode with lone surrogates, NUL, bidi and tag characters, look-alike letters -- procmem
+answers with its own clean errors or safe defaults, never another exception and never a success
+verdict from garbage:
+- `MemoryItem.from_dict` -> a valid item that survives JSON and the store, or `MemoryValidationError`;
+- every trajectory adapter (`LOG_FORMATS`): its detect never raises, its read yields Trajectory /
+  RecordError (/ MemoryItem for lesson formats) or raises TrajectoryError, on structure-aware mutations
+  of the REAL fixture files of that format (tests/fixtures/trajectories); `read_logs` and
+  `read_trajectories` on files of random bytes and mutated logs; the offline judge on what they read;
+- the reply parsers (`procmem.llm._read_reply`, the judge's `llm_judge`/`verdict_judgment`, the
+  extractor's `MemoryReply`/`_ask_llm`/`extract_memories`) on garbage replies -> no verdict / no items,
+  never success; items that come out are valid and storable;
+- the offline judge on random trajectories; `run_with_memory` with a fuzzed agent output;
+- the CLI (`procmem.cli.main`) on random argument vectors and input files -> exit 0/1/2 with one-line
+  messages, never an internal error or a traceback.
+Existing property tests elsewhere (extract: `replies` through the SDK; judge: verdict consistency;
+trajectory: bounded artifact) stay; these add nastier inputs and the adapters, parsers and CLI.
+
+Reproducible in CI: `derandomize=True` and small example counts (the whole file: ~30 s on a loaded
+2-core box). A deeper hunt: `PROCMEM_FUZZ=20 pytest tests/test_fuzz.py` (20x the examples, random seeds)."""
+import contextlib, copy, io, json, os, random
+from pathlib import Path
+
+import anthropic
+import fastcore.test as ft
+import pytest
+from hypothesis import HealthCheck, Phase, assume, given, settings, strategies as st
+
+import procmem.ingest  # noqa: F401  (registers every adapter in LOG_FORMATS)
+from procmem import MemoryItem, MemoryStore
+from procmem.core import MemoryValidationError
+from procmem.extract import MAX_ITEMS, Extraction, MemoryReply, _ask_llm, extract_memories
+from procmem.ingest import _parse_log, read_logs, read_trajectories
+from procmem.judge import JudgeVerdict, Judgment, judge_trajectory, llm_judge, offline_judge
+from procmem.llm import _read_reply
+from procmem.loop import LoopResult, run_with_memory
+from procmem.trajectory import (LOG_FORMATS, LogKeys, RecordError, Step, Trajectory, TrajectoryError,
+                                extract_trajectory_artifact)
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAJ = ROOT / "tests" / "fixtures" / "trajectories"
+SCALE = int(os.environ.get("PROCMEM_FUZZ", "1") or 1)  # >1: more examples, random seeds (a manual hunt)
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture,
+            HealthCheck.filter_too_much, HealthCheck.large_base_example]
+
+
+def fuzz(n: int, deadline_ms: int = 5000):
+    "Settings for a fuzz test: `n` examples (times PROCMEM_FUZZ), derandomized unless hunting."
+    hunting = SCALE > 1  # shrinking only when hunting: in CI a failure is reported at once, unshrunk
+    phases = tuple(Phase) if hunting else (Phase.explicit, Phase.reuse, Phase.generate)
+    return settings(max_examples=n * SCALE, deadline=deadline_ms, derandomize=not hunting, phases=phases,
+                    report_multiple_bugs=hunting, suppress_health_check=_SLOW_OK, database=None)
+
+
+# ------------------------------------------------------------------------------------ strategies
+
+SPECIALS = [
+    "", " ", "\x00", "a\x00b", "\ud800", "\udfff", "x\udc80y", "\ufeff", "\u200b\u200d", "\u202e\u2066evil\u2069",
+    "\U000e0041\U000e0042", "рrосmеm", "ｉｇｎｏｒｅ", "e\u0301\u0301\u0301", "\r\n", "\t", "\x1b[31m", "null", "NaN",
+    "</procmem-memories>", "<|im_start|>system", "Task completed successfully.", "```json\n{}\n```", "{", "[",
+    "1" * 400, "-0", "1e400", "\\u0000", "ℌ𝔢𝔩𝔩𝔬", "🎉" * 5,
+]
+nasty_text = st.one_of(
+    st.text(max_size=40),
+    st.sampled_from(SPECIALS),
+    st.builds(lambda a, b: a + b, st.sampled_from(SPECIALS), st.text(max_size=20)),
+    st.builds(lambda s, n: s * n, st.sampled_from(["ab ", "\u202e", "é", "x" * 97, "{[", "\ud800"]),
+              st.integers(1_000, 20_000)),  # huge strings (up to ~2 MB for the long seed)
+)
+json_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.integers(10**20, 10**400),
+                         st.floats(allow_nan=False), nasty_text)
+json_values = st.recursive(json_scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(nasty_text, c, max_size=4),
+                           max_leaves=12)
+
+
+def _deep(n: int, open_="[", close="]") -> str:
+    return open_ * n + close * n
+
+
+# ------------------------------------------------------------------------------------ MemoryItem.from_dict
+
+FIELDS = ["title", "description", "content", "source_type", "task_query", "tags", "domain", "id", "created_at",
+          "session_id", "access_count", "confidence", "use_count", "success_count", "failure_count", "last_used_at",
+          "provenance", "example_queries", "lineage", "schema_version", "status", "status_reasons", "extra",
+          "fingerprint"]
+plausible = {
+    "title": st.sampled_from(["Check the proxy settings", "Run tests"]) | nasty_text,
+    "content": st.sampled_from(["1. Open it\n2. Save it"]) | nasty_text,
+    "source_type": st.sampled_from(["success", "failure", "seed", "contrastive"]) | json_values,
+    "tags": st.lists(nasty_text, max_size=4) | json_values,
+    "created_at": st.sampled_from(["2026-01-01T00:00:00+00:00", "2026-01-01T00:00:00Z", "9999-12-31T23:59:59-01:00",
+                                   "0001-01-01T00:00:00+01:00"]) | json_values,
+    "confidence": st.floats(-1, 2) | json_values,
+    "provenance": st.dictionaries(nasty_text, json_values, max_size=4) | json_values,
+    "lineage": st.lists(st.dictionaries(nasty_text, json_values, max_size=3), max_size=4) | json_values,
+    "status": st.sampled_from(["active", "quarantined", "archived"]) | json_values,
+}
+item_dicts = st.builds(
+    lambda base, more: {**base, **more},
+    st.fixed_dictionaries({"title": plausible["title"], "content": plausible["content"]}),
+    st.dictionaries(st.sampled_from(FIELDS) | nasty_text,
+                    st.deferred(lambda: json_values), max_size=8).flatmap(
+        lambda d: st.fixed_dictionaries({k: plausible.get(k, st.just(v)) for k, v in d.items()})),
+)
+
+
+def _storable(m: MemoryItem):
+    "A valid item survives JSON and a store round trip unchanged."
+    d = m.to_dict()
+    text = json.dumps(d, ensure_ascii=False)
+    text.encode("utf-8")  # what the store writes: UTF-8 JSON (a lone surrogate cannot be written)
+    ft.test_eq(MemoryItem.from_dict(json.loads(text)).to_dict(), d)
+    with MemoryStore() as s:
+        stored = s.add(m)
+        ft.test_eq(s.get(stored.id).to_dict(), stored.to_dict())
+
+
+@fuzz(250)
+@given(d=item_dicts)
+def test_from_dict_gives_a_storable_item_or_a_validation_error(d):
+    try:
+        m = MemoryItem.from_dict(d)
+    except MemoryValidationError as e:
+        assert str(e).startswith("MemoryItem.") and e.field
+        return
+    _storable(m)
+
+
+@pytest.mark.parametrize("bad", [
+    {"tags": ["\ud800"]}, {"provenance": {"x": "\udc80"}}, {"weird": "\udc80"}, {"extra": {"q": "\udfff"}},
+    {"lineage": [{"x": "\ud800"}]}, {"provenance": {"\ud800": 1}}, {"example_queries": ["ok", "\ud800"]},
+    {"confidence": 10**400}, {"confidence": float("nan")}, {"access_count": 10**400}, {"created_at": "9999-12-31T23:59:59-01:00"}])
+def test_from_dict_refuses_what_cannot_be_stored(bad):
+    "Regressions found by the fuzzer (REQUESTS8): each was accepted, then crashed the store's write."
+    d = {"title": "Check the proxy settings", "content": "1. Open the settings\n2. Save", **bad}
+    try:
+        m = MemoryItem.from_dict(d)
+    except MemoryValidationError:
+        return
+    _storable(m)
+
+
+# ------------------------------------------------------------------------------------ trajectory adapters
+
+def _base_inputs() -> dict:
+    "format name -> [(file name, kind, parsed data)] from the real fixture files; a few built for generic formats."
+    out = {name: [] for name in LOG_FORMATS}
+    for p in sorted(TRAJ.rglob("*")):
+        if not p.is_file() or p.suffix == ".md":
+            continue
+        kind, data, _ = _parse_log(p.read_text(encoding="utf-8-sig"), p.suffix)
+        for name, fmt in LOG_FORMATS.items():
+            if fmt.kind == kind and _claims(fmt, data):
+                out[name].append((p.name, kind, data))
+    generic = [json.loads(l) for l in (TRAJ / "generic.jsonl").read_text().splitlines() if l.strip()]
+    chat = json.loads((TRAJ / "openai_chat.json").read_text())
+    messages = chat if isinstance(chat, list) else chat.get("messages", chat)
+    for name, kind, data in [("generic-json", "json", generic[0]), ("generic-json", "json", generic),
+                             ("messages-json", "json", {"task": "Find the file", "messages": messages}),
+                             ("messages-jsonl", "jsonl", [(1, {"messages": messages})])]:
+        out[name].append(("built", kind, data))
+    return out
+
+
+def _claims(fmt, data) -> bool:
+    try:
+        return bool(fmt.detect(data))
+    except Exception:
+        return False
+
+
+BASES = _base_inputs()
+
+
+def test_every_format_has_a_real_input():
+    "Each registered format is fuzzed from at least one input it claims (a new format needs a fixture)."
+    missing = [n for n, v in BASES.items() if not v]
+    assert not missing, f"no fixture file is claimed by {missing}"
+
+
+def _nodes(x, path=()):
+    yield path
+    if isinstance(x, dict):
+        for k, v in x.items():
+            yield from _nodes(v, path + (k,))
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            yield from _nodes(v, path + (i,))
+
+
+OPS = ["replace", "delete", "none", "stringify", "wrap_list", "wrap_dict", "empty", "huge", "dup", "number"]
+
+
+def _mutate_json(doc, ops, draw_value):
+    "Apply (node index, op) mutations to a deep copy of `doc`."
+    doc = copy.deepcopy(doc)
+    for idx, op in ops:
+        paths = list(_nodes(doc))
+        path = paths[idx % len(paths)]
+        if not path:
+            continue
+        parent = doc
+        for k in path[:-1]:
+            parent = parent[k]
+        key, old = path[-1], parent[path[-1]]
+        if op == "delete":
+            del parent[key]
+            continue
+        new = {"replace": draw_value(), "none": None, "stringify": json.dumps(old)[:200], "wrap_list": [old],
+               "wrap_dict": {"value": old}, "empty": type(old)() if isinstance(old, (dict, list, str)) else "",
+               "huge": (str(old)[:1000] or "x") * (200_000 // max(1, len(str(old)[:1000]))), "number": 10**30,
+               "dup": old}[op]
+        if op == "dup" and isinstance(parent, list):
+            parent.insert(key, copy.deepcopy(old))
+        else:
+            parent[key] = new
+    return doc
+
+
+def _mutate_text(text: str, ops, draw_value):
+    for idx, op in ops:
+        i = idx % (len(text) + 1)
+        j = min(len(text), i + 1 + idx % 400)
+        if op in ("delete", "empty"):
+            text = text[:i] + text[j:]
+        elif op == "dup":
+            text = text[:j] + text[i:j] + text[j:]
+        else:
+            v = draw_value()
+            text = text[:i] + (v if isinstance(v, str) else json.dumps(v)) + text[j:]
+    return text
+
+
+def _mutated(draw, kind, data):
+    ops = draw(st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(OPS)), min_size=1, max_size=6))
+
+    def value():
+        return draw(json_values)
+
+    if kind == "text":
+        return _mutate_text(data, ops, value)
+    if kind == "jsonl":
+        lines, recs = [n for n, _ in data], [r for _, r in data]
+        recs = _mutate_json(recs, ops, value)
+        return [(lines[i] if i < len(lines) else i + 1, r) for i, r in enumerate(recs)]
+    return _mutate_json(data, ops, value)
+
+
+def _checked_read(fmt, data, claimed_only=True) -> list:
+    """Run a format's detect and (when it claims the data, as `read_logs` does; or always) its read on
+    `data`; only the documented outcomes are allowed."""
+    if not fmt.detect(data) and claimed_only:  # "cheap, never raises" (LogFormat's contract)
+        return []
+    try:
+        out = list(fmt.read(data, LogKeys()))
+    except TrajectoryError as e:
+        assert str(e).strip()
+        return []
+    for x in out:
+        assert isinstance(x, (Trajectory, RecordError, MemoryItem)), type(x)
+        if isinstance(x, Trajectory):
+            x.validate()
+        elif isinstance(x, RecordError):
+            assert isinstance(x.reason, str) and x.reason.strip()
+        else:
+            x.validate()
+    return [x for x in out if isinstance(x, Trajectory)]
+
+
+def _judge_safely(t: Trajectory):
+    "The offline judge and the artifact never raise; a run with nothing in it is never a success."
+    j = offline_judge(t)
+    assert isinstance(j, Judgment) and j.is_success in (True, False, None)
+    if not t.steps and not (t.answer or "").strip():
+        assert j.is_success is not True
+    a = extract_trajectory_artifact(t)
+    json.loads(a.to_json())
+
+
+@pytest.mark.parametrize("name", sorted(LOG_FORMATS))
+def test_adapter_survives_mutated_real_logs(name):
+    bases = BASES[name]
+    if not bases:
+        pytest.skip(f"no input for {name}")
+    fmt = LOG_FORMATS[name]
+
+    @fuzz(12)
+    @given(st.data())
+    def run(data):
+        _, kind, base = data.draw(st.sampled_from(bases))
+        mutated = _mutated(data.draw, kind, base)
+        for t in _checked_read(fmt, mutated)[:3]:
+            _judge_safely(t)
+
+    run()
+
+
+@fuzz(60)
+@given(data=json_values, name=st.sampled_from(sorted(LOG_FORMATS)))
+def test_adapter_on_any_json_shape(data, name):
+    fmt = LOG_FORMATS[name]
+    data = {"json": data, "jsonl": [(1, data)] if not isinstance(data, list) else list(enumerate(data, 1)),
+            "text": data if isinstance(data, str) else json.dumps(data)}[fmt.kind]
+    _checked_read(fmt, data)
+
+
+def _file_bytes(draw) -> tuple[bytes, str]:
+    "Bytes of a log file (mutated real log, random JSON, random bytes, broken encodings) and its suffix."
+    choice = draw(st.sampled_from(["mutated", "json", "bytes", "encoding"]))  # deep nesting: its own test below
+    if choice == "mutated":
+        name = draw(st.sampled_from(sorted(n for n in BASES if BASES[n])))
+        _, kind, base = draw(st.sampled_from(BASES[name]))
+        m = _mutated(draw, kind, base)
+        if kind == "text":
+            text = m
+        elif kind == "jsonl":
+            text = "\n".join(json.dumps(r) for _, r in m)
+        else:
+            text = json.dumps(m)
+        suffix = {"text": ".txt", "jsonl": ".jsonl", "json": ".json"}[kind]
+        return text.encode("utf-8", "surrogatepass"), suffix
+    if choice == "json":
+        return json.dumps(draw(json_values)).encode(), draw(st.sampled_from([".json", ".jsonl", ".traj", ".txt"]))
+    if choice == "encoding":
+        prefix = draw(st.sampled_from([b"\xef\xbb\xbf", b"\xff\xfe", b"\x00", b"", b"\xc3\x28", b"\xed\xa0\x80"]))
+        return prefix + json.dumps({"task": "t", "steps": [{"action": "a"}]}).encode(), ".json"
+    return draw(st.binary(max_size=2000)), draw(st.sampled_from([".json", ".jsonl", ".txt", ".traj", ""]))
+
+
+@fuzz(60)
+@given(data=st.data())
+def test_read_logs_and_read_trajectories_on_random_files(tmp_path_factory, data):
+    d = tmp_path_factory.mktemp("logs")
+    raw, suffix = _file_bytes(data.draw)
+    p = d / f"run{suffix}"
+    p.write_bytes(raw)
+    rep = read_logs([p])
+    for f in rep.files:
+        assert "reader failed" not in (f.error or ""), f.error  # a reader raised something else than TrajectoryError
+    for t in rep.trajectories[:3]:
+        _judge_safely(t)
+    try:
+        ts = read_trajectories(p)
+    except TrajectoryError as e:
+        assert str(e).startswith(str(p)), str(e)
+        return
+    assert all(isinstance(t, Trajectory) for t in ts)
+
+
+def _fixture(rel: str):
+    p = TRAJ / rel
+    return [json.loads(l) for l in p.read_text().splitlines() if l.strip()] if p.suffix == ".jsonl" else json.loads(p.read_text())
+
+
+def _write(p: Path, doc) -> Path:
+    text = "\n".join(json.dumps(r) for r in doc) + "\n" if p.suffix == ".jsonl" else json.dumps(doc)
+    p.write_text(text)
+    return p
+
+
+def _surrogate_chat(d):
+    return _write(d / "chat.json", {"messages": [{"role": "user", "content": "Say hi \ud800"},
+                                                 {"role": "assistant", "content": "hi"}]})
+
+
+def _list_tool_call_id(d):
+    return _write(d / "chat.json", {"messages": [
+        {"role": "user", "content": "List files"},
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": ["x"], "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": ["x"], "content": "a.txt"}, {"role": "assistant", "content": "a.txt"}]})
+
+
+def _claude_model_dict(d):
+    recs = _fixture("claude-code/representative_messages.jsonl")
+    next(r for r in recs if isinstance(r.get("message"), dict) and "model" in r["message"])["message"]["model"] = {"a": 1}
+    return _write(d / "session.jsonl", recs)
+
+
+def _alfworld_long_reflection(d):
+    doc = _fixture("reflexion/alfworld/env_results_trial_0.json")
+    doc[1]["memory"][0] *= 100
+    return _write(d / "env_results_trial_0.json", doc)
+
+
+def _alfworld_long_name(d):
+    doc = _fixture("reflexion/alfworld/env_results_trial_0.json")
+    doc[1]["name"] = "env_" + "9" * 5000
+    return _write(d / "env_results_trial_0.json", doc)
+
+
+def _rlm_surrogate_task(d):
+    recs = _fixture("rlm/rlm_trace_log_example.jsonl")
+    for r in recs:
+        if isinstance(r.get("prompt"), str):
+            r["prompt"] += "\udc80"
+    return _write(d / "rlm.jsonl", recs)
+
+
+def _rlm_number_code_blocks(d):
+    recs = _fixture("rlm/rlm_trace_log_example.jsonl")
+    next(r for r in recs if r.get("type") == "iteration")["code_blocks"] = 5
+    return _write(d / "rlm.jsonl", recs)
+
+
+def _strings(x):
+    if isinstance(x, str):
+        yield x
+    elif isinstance(x, dict):
+        for v in x.values():
+            yield from _strings(v)
+    elif isinstance(x, list):
+        for v in x:
+            yield from _strings(v)
+
+
+def _deep_json(d):
+    p = d / "deep.json"
+    p.write_text("[" * 100_000 + "]" * 100_000)
+    return p
+
+
+@pytest.mark.parametrize("make", [_surrogate_chat, _list_tool_call_id, _claude_model_dict, _alfworld_long_reflection,
+                                  _alfworld_long_name, _rlm_surrogate_task, _rlm_number_code_blocks, _deep_json],
+                         ids=lambda m: m.__name__.strip("_"))
+def test_reported_log_that_crashed_a_reader(tmp_path, make):
+    "Each log found by the fuzzer (one change to a real fixture): skipped with a reason, or read; never a crash."
+    p = make(tmp_path)
+    rep = read_logs([p])
+    assert all("reader failed" not in (f.error or "") for f in rep.files), [f.error for f in rep.files]
+    try:
+        read_trajectories(p)
+    except TrajectoryError:
+        pass
+
+
+# ------------------------------------------------------------------------------------ reply parsers
+
+def _message(text: str, stop: str):
+    return anthropic.types.Message.model_validate(dict(
+        id="msg_fuzz", type="message", role="assistant", model="replay", stop_reason=stop,
+        content=[{"type": "text", "text": text}], usage={"input_tokens": 1, "output_tokens": 1}))
+
+
+class ReplayLLM:
+    "A backend whose reply is `text`, parsed by procmem's own reply reader."
+    model = "replay"
+
+    def __init__(self, text, stop="end_turn"):
+        self.text, self.stop = text, stop
+
+    def complete_json(self, system, prompt, schema):
+        return _read_reply(_message(self.text, self.stop), schema)
+
+
+VERDICT_KEYS = ["is_success", "reason", "confidence", "missing", "failure_class", "evidence", "memories", "title",
+                "content"]
+garbage_objects = st.dictionaries(st.sampled_from(VERDICT_KEYS) | nasty_text,
+                                  st.sampled_from([True, "true", "high", None, [], ["x" * 20]]) | json_values, max_size=8)
+reply_texts = st.one_of(
+    nasty_text,
+    json_values.map(json.dumps),
+    garbage_objects.map(json.dumps),
+    garbage_objects.map(lambda d: "Sure! Here is the verdict:\n```json\n" + json.dumps(d) + "\n```\nHope that helps."),
+    st.integers(1, 200_000).map(_deep),
+    st.integers(1, 50_000).map(lambda n: '{"memories": ' + _deep(n) + "}"),
+    st.just(json.dumps(dict(is_success=True, reason="done", confidence="high", missing=[], failure_class=None,
+                            evidence=["I have completed the task successfully"]))),
+)
+STOPS = st.sampled_from(["end_turn", "max_tokens", "refusal", "stop_sequence", "pause_turn"])
+
+
+@fuzz(150)
+@given(text=reply_texts, stop=STOPS, schema=st.sampled_from([JudgeVerdict, MemoryReply]))
+def test_read_reply_gives_an_object_or_a_reason(text, stop, schema):
+    obj, why = _read_reply(_message(text, stop), schema)
+    if obj is None:
+        assert isinstance(why, str) and why.strip()
+    else:
+        assert isinstance(obj, schema) and why is None
+        assert stop != "refusal"
+
+
+@pytest.fixture(scope="module")
+def artifact():
+    t = read_trajectories(TRAJ / "openai_chat.json")[0]
+    return extract_trajectory_artifact(t)
+
+
+@fuzz(150)
+@given(text=reply_texts, stop=STOPS)
+def test_llm_judge_never_succeeds_on_garbage(artifact, text, stop):
+    j = llm_judge(artifact, ReplayLLM(text, stop))
+    assert isinstance(j, Judgment) and j.is_success is not True, (text[:200], j)
+    assert j.reason.strip()
+
+
+@fuzz(60)
+@given(verdict=st.builds(JudgeVerdict, is_success=st.just(True), reason=nasty_text,
+                         confidence=st.sampled_from(["high", "medium", "low"]),
+                         missing=st.lists(nasty_text, max_size=2),
+                         failure_class=st.sampled_from([None, "intrinsic", "adaptive", "extrinsic"]),
+                         evidence=st.lists(nasty_text, max_size=3)))
+def test_verdict_with_made_up_evidence_is_never_success(artifact, verdict):
+    "A success verdict whose quotes are not in the run (random text, huge, look-alikes) is a failure."
+    from procmem.judge import verdict_judgment
+    j = verdict_judgment(verdict, artifact, "fuzz")
+    assert j.is_success is not True, (verdict, j)
+
+
+HYPO = Trajectory("Find the founding year of the company that makes the Walkman",
+                  [Step("Search[Walkman]", "The Walkman is a brand of portable media players made by Sony."),
+                   Step("Search[Sony]", "Sony Group Corporation was founded in 1946 in Tokyo.")],
+                  "1946", id="fuzz-hypo", source="web")
+
+
+@fuzz(150)
+@given(text=reply_texts, stop=STOPS, ok=st.booleans())
+def test_extractor_reply_gives_valid_storable_items_or_none(text, stop, ok):
+    reasons = []
+    raws, cause = _ask_llm(ReplayLLM(text, stop), "system", "prompt", reasons)
+    assert isinstance(raws, list) and cause is None
+    assert raws or reasons  # nothing learned is always explained
+    for r in raws:
+        assert set(r) >= {"title", "description", "content", "tags"}
+    j = Judgment(True, "ok", 0.9) if ok else Judgment(False, "wrong", 0.9, failure_class="intrinsic")
+    out = extract_memories(HYPO, j, ReplayLLM(text, stop))
+    assert isinstance(out, Extraction) and len(out) <= MAX_ITEMS
+    if not out:
+        assert out.reasons
+    for m in out:
+        assert m.validate() is m and m.source_type == ("success" if ok else "failure")
+        _storable(m)
+
+
+# ------------------------------------------------------------------------------------ offline judge, loop
+
+steps = st.builds(lambda a, o, t, e, n, args: Step(a, o, t, e, name=n, args=args),
+                  nasty_text, nasty_text, st.none() | nasty_text, st.none() | nasty_text,
+                  st.none() | nasty_text, st.none() | st.dictionaries(nasty_text, json_values, max_size=3))
+
+
+@st.composite
+def trajectories(draw):
+    try:
+        return Trajectory(draw(nasty_text), draw(st.lists(steps, max_size=8)), draw(st.none() | nasty_text),
+                          outcome=draw(st.none() | json_values), source=draw(st.none() | st.sampled_from(["web", "tool"])),
+                          metadata=draw(st.dictionaries(nasty_text, json_values, max_size=3)))
+    except (TrajectoryError, TypeError, ValueError):
+        assume(False)
+
+
+@fuzz(150)
+@given(t=trajectories())
+def test_offline_judge_never_raises_on_random_runs(t):
+    _judge_safely(t)
+    j = judge_trajectory(t)
+    assert isinstance(j, Judgment) and j.kind
+
+
+class Boom(Exception):
+    pass
+
+
+agent_outputs = st.one_of(
+    json_values,
+    st.builds(lambda task, ss: {"task": task, "steps": ss}, nasty_text, st.lists(json_values, max_size=4)),
+    st.builds(lambda ms: {"messages": ms}, st.lists(st.dictionaries(st.sampled_from(["role", "content", "tool_calls"]),
+                                                                  json_values, max_size=3), max_size=4)),
+    st.builds(lambda ms: ms, st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "tool"]),
+                                                             "content": json_values}), min_size=1, max_size=4)),
+    trajectories(),
+    st.sampled_from(["raise", "raise-base"]),
+)
+
+
+@pytest.fixture(scope="module")
+def loop_store():
+    s = MemoryStore()
+    from procmem.bootstrap import bootstrap_general_strategies
+    s.add_many(bootstrap_general_strategies())
+    return s
+
+
+@fuzz(60, deadline_ms=20_000)
+@given(out=agent_outputs, task=st.sampled_from(["Find the founding year of Sony", "Fix the failing test"]) | nasty_text)
+def test_run_with_memory_survives_any_agent_output(loop_store, out, task):
+    assume(isinstance(task, str) and task.strip())
+    def agent(task, block):
+        assert isinstance(block, str)
+        if out == "raise":
+            raise Boom("the agent crashed \x00\u202e")
+        if out == "raise-base":
+            raise KeyError(10**40)
+        return out
+    r = run_with_memory(task, agent, loop_store)
+    assert isinstance(r, LoopResult)
+    garbage = not isinstance(out, (Trajectory, dict, list))  # a scalar, a string, or the agent raised
+    if garbage and r.learned is not None:
+        assert r.learned.judgment.is_success is not True, (out, r.learned.judgment)
+    assert loop_store.check() == []
+
+
+def test_run_with_memory_survives_an_agent_error_with_a_lone_surrogate():
+    def agent(task, block):
+        raise RuntimeError("the agent crashed \ud800")
+    s = MemoryStore()
+    r = run_with_memory("Find the founding year of Sony", agent, s)
+    assert r.learned.judgment.is_success is not True and s.check() == []
+
+
+# ------------------------------------------------------------------------------------ CLI
+
+OPTION_VALUES = {
+    "--title": nasty_text, "--content": nasty_text, "--description": nasty_text, "--tags": nasty_text,
+    "--source-type": st.sampled_from(["success", "failure", "seed", "contrastive"]) | nasty_text,
+    "--domain": nasty_text, "--task-query": nasty_text, "--trust": st.sampled_from(["trusted", "user", "untrusted"]) | nasty_text,
+    "-k": st.integers(-5, 10**30).map(str) | nasty_text, "--max-bullets": st.integers(-2, 10**25).map(str),
+    "--budget": st.integers(-2, 10**25).map(str) | nasty_text, "--limit": st.integers(-2, 10**25).map(str),
+    "--reason": nasty_text, "--by": nasty_text, "--task-key": nasty_text, "--outcome-key": nasty_text,
+    "--id-key": nasty_text, "--llm": st.just("offline") | nasty_text.filter(lambda s: s != "claude"),
+    "--max-active-per-domain": st.integers(-2, 10**25).map(str),
+}
+FLAGS = ["--json", "--no-record", "--quarantined", "--strict", "--force", "--help", "--version", "-x", "--"]
+COMMANDS = ["add", "search", "list", "show", "release", "stats", "export", "import", "bootstrap", "validate",
+            "repair", "learn", "demo", "nonsense", ""]
+
+
+@st.composite
+def argvs(draw, files):
+    cmd = draw(st.sampled_from(COMMANDS))
+    argv = [cmd] if cmd else []
+    for _ in range(draw(st.integers(0, 5))):
+        kind = draw(st.sampled_from(["opt", "flag", "word", "file", "json"]))
+        if kind == "opt":
+            opt = draw(st.sampled_from(sorted(OPTION_VALUES)))
+            argv += [opt, draw(OPTION_VALUES[opt])]
+        elif kind == "flag":
+            argv.append(draw(st.sampled_from(FLAGS)))
+        elif kind == "word":
+            argv.append(draw(nasty_text))
+        elif kind == "file":
+            argv.append(str(draw(st.sampled_from(files))))
+        else:
+            argv += ["--json", str(draw(st.sampled_from(files)))]
+    return argv
+
+
+def _cli_files(d: Path) -> list:
+    "Input files for the CLI: real logs and seed memories, broken JSON, binary, surrogates, a directory."
+    files = [TRAJ / "generic.jsonl", TRAJ / "openai_chat.json", ROOT / "tests" / "fixtures" / "seed_memories.json",
+             d / "nope.json", d]
+    samples = {
+        "list.json": "[]", "obj.json": '{"title": "t", "content": "c"}', "broken.json": '{"title": ',
+        "bom.jsonl": "\ufeff" + json.dumps({"title": "Check the proxy", "content": "1. a\n2. b"}) + "\n",
+        "surrogate.jsonl": '{"title": "Check the proxy settings", "content": "1. Open\\n2. Save", "tags": ["\\ud800"]}\n',
+        "nul.json": '{"title": "a\\u0000b", "content": "c"}', "deep.json": _deep(100_000), "huge.json":
+        json.dumps([{"title": "t" * 300, "content": "c" * 9000}]), "nan.json": '[{"title": "t", "content": "c", "confidence": NaN}]',
+        "bigint.json": '[{"title": "t", "content": "c", "access_count": ' + "9" * 400 + "}]",
+        "export.json": "", "binary.json": None,
+    }
+    for name, text in samples.items():
+        p = d / name
+        if text is None:
+            p.write_bytes(bytes(range(256)) * 4)
+        else:
+            p.write_text(text, encoding="utf-8", errors="surrogatepass")
+        files.append(p)
+    return files
+
+
+@pytest.fixture(scope="module")
+def cli_env(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli-fuzz")
+    store = d / "memories.db"
+    from procmem.cli import main
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["--store", str(store), "bootstrap"]) == 0
+    old = {k: os.environ.get(k) for k in ("PROCMEM_STORE", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "USER")}
+    os.environ.update(PROCMEM_STORE=str(d / "default.db"), ANTHROPIC_API_KEY="sk-fuzz-not-a-key",
+                      ANTHROPIC_BASE_URL="http://127.0.0.1:9")
+    yield store, _cli_files(d)
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def _run_cli(argv):
+    from procmem.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+@fuzz(120, deadline_ms=30_000)
+@given(data=st.data())
+def test_cli_any_arguments_exit_cleanly(cli_env, data):
+    store, files = cli_env
+    argv = data.draw(argvs(files))
+    assume("demo" not in argv or len(argv) < 3)  # demo learns the bundled runs: slow, covered by test_cli
+    code, out, err = _run_cli(["--store", str(store), *argv])
+    assert code in (0, 1, 2), (argv, code, err)
+    assert "internal error" not in err and "Traceback" not in err, (argv, err)
+    lines = err.splitlines()
+    assert all(l.startswith("procmem: ") for l in lines), (argv, err)
+    if code == 2:
+        assert len([l for l in lines if l.startswith("procmem: error: ")]) == 1, (argv, err)
+
+
+BAD_FILES = ["surrogate.jsonl", "nul.json", "deep.json", "huge.json", "nan.json", "bigint.json", "binary.json",
+             "broken.json", "bom.jsonl"]
+CLI_CASES = [(c, n) for c in (["import"], ["learn"], ["add", "--json"]) for n in BAD_FILES]
+
+
+@pytest.mark.parametrize("cmd,name", CLI_CASES, ids=[f"{c[0]}-{n}" for c, n in CLI_CASES])
+def test_cli_every_bad_input_file_is_one_line(cli_env, name, cmd):
+    "Each hand-picked bad file, through each command that reads one: exit 0/1/2, no internal error."
+    store, files = cli_env
+    p = next(f for f in files if f.name == name)
+    code, out, err = _run_cli(["--store", str(store), *cmd, str(p)])
+    assert code in (0, 1, 2) and "internal error" not in err and "Traceback" not in err, (cmd, name, code, err)
+    assert all(l.startswith("procmem: ") for l in err.splitlines()), err
+    with MemoryStore(store, readonly=True) as s:
+        assert s.check() == []
