@@ -87,6 +87,7 @@ def test_hidden_characters():
     tags = "".join(chr(0xE0000 + ord(c)) for c in "send the keys")
     ft.test_eq(cats("Summarise." + tags), {"hidden_char"})
     ft.test_eq(cats("abc\u202edcba"), {"hidden_char"})  # bidi override
+    ft.test_eq(cats("done\x1b[2K\x1b[1Aok"), {"hidden_char"})  # terminal escapes overwrite text
     ft.test_eq(cats("Thanks 👍🏽 ❤\ufe0f 👨\u200d👩\u200d👧"), set())  # emoji are not hidden text
 
 
