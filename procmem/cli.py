@@ -220,7 +220,7 @@ def _add_min_confirmations(c) -> None:
         ),
     )
 
-# %% ../nbs/13_cli.ipynb #5bd698f6
+# %% ../nbs/13_cli.ipynb #18e478ff
 def _add_inspection(cmd) -> None:
     "`show`, `list`, `stats`, `export`, `import`, `bootstrap`, `validate`, `repair`."
     cmd("show", "print one memory as JSON").add_argument("id", help="the exact id")
@@ -232,6 +232,10 @@ def _add_inspection(cmd) -> None:
         help="list the quarantined memories (never used) with the reasons they were held back",
     )
     l.add_argument("--json", action="store_true")
+    q = cmd("quarantine", "hold memories back for review: kept, never searched or injected")
+    q.add_argument("ids", nargs="+", metavar="ID", help="the exact ids")
+    q.add_argument("--reason", required=True, help="why they must not be used (required)")
+    q.add_argument("--by", help="who decides (default: the operating-system user)")
     r = cmd("release", "make a quarantined memory active again, recording who and why")
     r.add_argument("id", help="the exact id (see `procmem list --quarantined`)")
     r.add_argument("--reason", required=True, help="why it may be used after all (required)")
@@ -590,6 +594,25 @@ def _cmd_release(args) -> int:
         m = store.release(args.id, args.reason, by=args.by)
         e = store.events(kind="release")[-1]
     print(f"released {_one_line(m.id)} by {_one_line(e['detail']['by'])} at {e['at']}")
+    return 0
+
+# %% ../nbs/13_cli.ipynb #b7bd3639
+def _cmd_quarantine(args) -> int:
+    "`procmem quarantine ID... --reason TEXT`: hold memories back; say who and when."
+    if not args.reason.strip():
+        raise UsageError(
+            "quarantine needs a non-empty --reason: why must these memories not be used?"
+        )
+    if args.by is not None and not args.by.strip():
+        raise UsageError("--by must name who quarantines the memories")
+    with open_store(args.store) as store:
+        missing = [i for i in args.ids if i not in store]
+        if missing:
+            raise UsageError(f"no memory has id {missing[0]!r}; nothing was quarantined")
+        held = store.quarantine(args.ids, args.reason, by=args.by)
+        e = store.events(kind="quarantine")[-1]
+    for m in held:
+        print(f"quarantined {_one_line(m.id)} by {_one_line(e['detail']['by'])} at {e['at']}")
     return 0
 
 # %% ../nbs/13_cli.ipynb #6a21d43a
@@ -1115,10 +1138,11 @@ def _cmd_demo(args) -> int:
     )
     return 0
 
-# %% ../nbs/13_cli.ipynb #b1bc26be
+# %% ../nbs/13_cli.ipynb #086b55ea
 _COMMANDS = dict(
     add=_cmd_add,
     release=_cmd_release,
+    quarantine=_cmd_quarantine,
     search=_cmd_search,
     show=_cmd_show,
     list=_cmd_list,

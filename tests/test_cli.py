@@ -707,3 +707,20 @@ def test_old_store_is_read_by_every_read_command_and_migrated_by_a_write(tmp_pat
     r = procmem("release", "old-success", "--reason", "x", store=db)  # a write: migrates, then refuses
     assert r.returncode == 2 and "is active, not quarantined" in r.stderr
     assert procmem("validate", store=db).stdout.startswith(f"ok: {db}")
+
+
+def test_quarantine_command_holds_memories_back_all_or_nothing(store):
+    from procmem import MemoryStore
+    with MemoryStore(store, readonly=True) as s:
+        ids = [m.id for m in s][:2]
+    before = sha256(store)
+    r = procmem("quarantine", ids[0], "no-such-id", "--reason", "x", store=store)
+    assert (r.returncode, r.stdout) == (2, "") and "no memory has id 'no-such-id'; nothing was quarantined" in r.stderr
+    r = procmem("quarantine", *ids, store=store)
+    assert r.returncode == 2 and "required: --reason" in r.stderr
+    assert sha256(store) == before
+    r = procmem("quarantine", *ids, "--reason", "reviewer: outdated", "--by", "erin", store=store)
+    assert r.returncode == 0 and [l.split()[:4] for l in r.stdout.splitlines()] == [["quarantined", i, "by", "erin"] for i in ids]
+    listed = procmem("list", "--quarantined", store=store).stdout
+    assert all(i in listed for i in ids) and listed.count("    - reviewer: outdated") == 2
+    assert not any(i in procmem("list", store=store).stdout for i in ids)
