@@ -327,7 +327,7 @@ class PoisoningReport:
             benign_kept=_share(bn, "retrievable"),
         )
 
-# %% ../nbs/15_security.ipynb #d2b998f3
+# %% ../nbs/15_security.ipynb #14bc0b17
 @patch
 def by(self: PoisoningReport, key: str, benign: bool = False) -> dict:
     """Poisoned retrievable share per value of `key` ('mode', 'run_source', 'source', 'standalone');
@@ -342,14 +342,17 @@ def by(self: PoisoningReport, key: str, benign: bool = False) -> dict:
 
 @patch
 def by_layer(self: PoisoningReport) -> dict:
-    """Per layer: poisoned runs it objected to, poisoned runs it alone stopped, and benign
-    candidates it cost (objected to, and not kept)."""
+    """Per layer: poisoned runs it objected to, poisoned runs it alone stopped, the poisoned
+    retrievable share without it (retrievable + stopped by it alone), and the benign candidates it
+    cost (objected to, and not kept)."""
     pois = _layer_counts(self.poisoned)
     lost = _layer_counts([b for b in self.benign if b["fate"] not in ("quality", "retrievable")])
+    n, got = len(self.poisoned) or 1, sum(r["fate"] == "retrievable" for r in self.poisoned)
     return {
         layer: dict(
             poisoned_objected=pois.get(layer, {}).get("objected", 0),
             poisoned_sole=pois.get(layer, {}).get("sole", 0),
+            retrievable_without=round((got + pois.get(layer, {}).get("sole", 0)) / n, 4),
             benign_lost=lost.get(layer, {}).get("objected", 0),
         )
         for layer in dict.fromkeys([*pois, *lost])
