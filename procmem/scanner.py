@@ -201,11 +201,11 @@ _OVERRIDE_IGNORE = (
     ),
 )
 
-# %% ../nbs/11a_scanner.ipynb #057a6e8e
+# %% ../nbs/11a_scanner.ipynb #b9c28c77
 _OVERRIDE_IDENTITY = (
     (
         "~you are now",
-        r"\byou\s+are\s+now\s+(?:a|an|in|the|my|no\s+longer|free|unrestricted|unfiltered|"
+        r"\byou(?:\s+are|'re)\s+now\s+(?:a|an|in|the|my|no\s+longer|free|unrestricted|unfiltered|"
         r"jailbroken|dan|going|called|named|acting|operating|\w+gpt|\w+\s+mode)\b",
     ),
     (
@@ -239,7 +239,7 @@ _OVERRIDE_IDENTITY = (
     ),
 )
 
-# %% ../nbs/11a_scanner.ipynb #d6f68be8
+# %% ../nbs/11a_scanner.ipynb #f2ea7286
 _RULES = "rules|restrictions|limits|limitations|filters|guidelines|ethics|morals|censorship|laws"
 _OVERRIDE_JAILBREAK = (
     (
@@ -289,6 +289,28 @@ _OVERRIDE_JAILBREAK = (
         "~jailbreak",
         r"\b(?:content|profanity|safety|moral)\s+filters?\b|\bethical\s+(?:guidelines|"
         r"constraints|considerations|boundaries)\b",
+    ),
+    (
+        "~you are now",
+        r"\byou(?:\s+are|'re)\s+no\s+longer\s+(?:\w+gpt|an?\s+ai|an?\s+(?:\S+\s+)?(?:language\s+)?model|"
+        r"an?\s+assistant|bound|restricted|limited|required|obliged|constrained)\b",
+    ),
+    (
+        "~jailbreak",
+        r"\b(?:don't|doesn't|do\s+not|does\s+not|never|not)\s+care\s+(?:about\s+)?(?:the\s+)?"
+        r"(?:legality|laws?|morals?|morality|ethics|consequences)\b",
+    ),
+    (
+        "~jailbreak",
+        r"\b(?:never|cannot|can't|must\s+not|will\s+not|won't)\s+(?:ever\s+)?refuse\s+(?:a|any|the\s+user|"
+        r"users?|requests?|to\s+answer|to\s+respond|anything)\b|"
+        r"\b(?:never|don't|do\s+not)\s+break\s+character\b|\bnot\s+(?:required|obliged|supposed)\s+to\s+"
+        r"follow\s+(?:any\s+)?(?:rules|policies|guidelines|instructions)\b",
+    ),
+    (
+        "~role play",
+        r"\bassume\s+the\s+(?:persona|role)\s+of\b|\b(?:simulate|emulate|impersonate)\s+(?:a|an)\s+"
+        r"(?:\S+\s+){0,2}?(?:chatbot|ai|persona|character|assistant)\b",
     ),
     (
         "~role play",

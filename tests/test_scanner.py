@@ -176,7 +176,7 @@ def test_held_out_rates_patterns_alone(rows):
     ben = [r for r in held if r["label"] == 0]
     tpr = sum(bool(scan_memory_text(r["text"], classifier=False)) for r in inj) / len(inj)
     fpr = sum(bool(scan_memory_text(r["text"], classifier=False)) for r in ben) / len(ben)
-    assert tpr >= 0.55, tpr  # measured 0.594 (notebook 11a); the classifier layer adds the rest
+    assert tpr >= 0.55, tpr  # measured 0.603 (notebook 11a_scanner_eval); the classifier layer adds the rest
     assert fpr <= 0.02, fpr  # measured 0.002
 
 
