@@ -201,7 +201,7 @@ _OVERRIDE_IGNORE = (
     ),
 )
 
-# %% ../nbs/11a_scanner.ipynb #b9c28c77
+# %% ../nbs/11a_scanner.ipynb #798cd76e
 _OVERRIDE_IDENTITY = (
     (
         "~you are now",
@@ -231,11 +231,10 @@ _OVERRIDE_IDENTITY = (
     (
         "~secret request",
         r"\b(?:share|reveal|tell\s+me|give\s+me|send\s+me|disclose|leak|print|confirm|provide|"
-        r"spell|"
-        r"what\s+is|what's|whats)\s+(?:me\s+)?(?:your|the|our|its|his|her|their|the\s+user's|the\s+"
-        r"admin)\s+(?:\S+\s+)?(?:password|passwords|passcode|secret|secret\s+key|api\s+key|"
-        r"private\s+"
-        r"key|credentials|pin|security\s+code|session\s+cookie|cookie)\b",
+        r"spell|paste|post|upload|forward|email|dump|exfiltrate|what\s+is|what's|whats)\s+"
+        r"(?:me\s+)?(?:your|the|our|its|his|her|their|the\s+user's|the\s+admin)\s+(?:\S+\s+)?"
+        r"(?:password|passwords|passcode|secret|secret\s+key|api\s+keys?|private\s+key|credentials|"
+        r"pin|security\s+code|session\s+cookies?|cookies?|session\s+token|access\s+token)\b",
     ),
 )
 
