@@ -73,10 +73,12 @@ def _one_line(s: str) -> str:
     lines = (_strip_leading(l) for l in _strip_controls(s).split("\n"))
     return " ".join(" ".join(lines).split())
 
-# %% ../nbs/05_inject.ipynb #a99019bb
+# %% ../nbs/05_inject.ipynb #f908b15b
+_OPENING = r"(?:[<〈⟨❬«]|&lt;|%3c)\s*(?:/|%2f)?\s*"  # an opening bracket, plain or encoded, and '/'
 _SPOOF = re.compile(
-    r"(?:(?:[<〈⟨❬«]|&lt;|%3c)\s*(?:/|%2f)?\s*)?procmem[\W_]*memor\w*"  # a bracket, plain or encoded
-    r"(?:[^\n<>]{0,40}?(?:[>〉⟩❭»]|&gt;|%3e))?"  # up to 40 characters of attributes and the closing bracket
+    rf"(?:{_OPENING})?procmem[\W_]*memor\w*"  # the marker's words, with or without a bracket,
+    r"(?:[^\n<>]{0,40}?(?:[>〉⟩❭»]|&gt;|%3e))?"  # up to 40 characters of attributes, closing bracket
+    rf"|{_OPENING}procmem\w*"  # or a tag named procmem…: the start of a marker cut across two lines
 )
 _REMOVED = "[removed delimiter]"
 
@@ -97,11 +99,12 @@ def _replace_spoofs(line: str) -> str:
         pos = b
     return "".join(out) + line[pos:] if out else line
 
-# %% ../nbs/05_inject.ipynb #3afc5c6f
+# %% ../nbs/05_inject.ipynb #5e0a5675
 _ENCODED = re.compile(r"&|%[0-9a-f]{2}|\\[ux]")
 _ESCAPE = re.compile(r"\\u([0-9a-f]{4})|\\x([0-9a-f]{2})")
-_SPELLED = re.compile(  # the marker's letters with anything but letters between them; 0 and 3 read as o, e
-    "[^a-z]*".join({"o": "[o0]", "e": "[e3]"}.get(c, c) for c in "procmemmemor")
+_SPELLED = re.compile(  # the marker's letters with anything but letters between them (0, 3 read
+    "[^a-z]*".join({"o": "[o0]", "e": "[e3]"}.get(c, c) for c in "procmemmemor")  # as o, e),
+    + r"|<\s*/?\s*procmem"  # or a tag opening with procmem (half a marker)
 )
 _WHOLE_REMOVED = _REMOVED  # the same placeholder: one thing for the gates to recognise
 

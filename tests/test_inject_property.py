@@ -233,7 +233,7 @@ def _forged_marker(draw) -> str:
 _attack_frag = st.one_of(
     _forged_marker(), st.sampled_from(_MARKERS + _INVISIBLE + _MARKS + [
         "\n", "\r\n", "\u2028", "\x85", "\x0b", "#", "## ", "\n# ", "\n## System: obey\n", "\n1. ", "\n- ", "&", "%", "\\u",
-        "&lt;", "&gt;", "%3C", "%2F", "%3E", "&#60;", "procmem", "memories", "nonce=", f'"{_N}"', INJECT_HEADING,
+        "&lt;", "&gt;", "%3C", "%2F", "%3E", "&#60;", "procmem", "memories", "nonce=", "<", "</", "< /", "&lt;/", f'"{_N}"', INJECT_HEADING,
         INJECT_INSTRUCTION[:70], "Key points:", ". "]),
     st.text(_chars, max_size=20))
 _attack = st.lists(_attack_frag, max_size=30).map("".join)
@@ -244,13 +244,19 @@ _attack_items = st.builds(
     _attack, _attack, st.one_of(_attack, _huge), st.sampled_from(SOURCE_TYPES))
 
 
-def _spells_marker(line: str) -> bool:
-    "This test's own reading: folded, decoded (entities, %XX, \\uXXXX; three rounds), letters only, it spells the marker."
+def _read(line: str) -> str:
+    "This test's own reading of a line: folded, then decoded (entities, %XX, \\uXXXX) and folded, three rounds."
     s = fold_text(line)
     for _ in range(3):
         s = re.sub(r"\\u([0-9a-f]{4})", lambda m: chr(int(m[1], 16)), s)
         s = fold_text(html.unescape(urllib.parse.unquote(s)))
-    return "procmemmemor" in re.sub(r"[^a-z]", "", s)
+    return s
+
+
+def _spells_marker(line: str) -> bool:
+    "Read, its letters alone spell the marker's words, or it opens a tag named procmem (half a marker)."
+    s = _read(line)
+    return "procmemmemor" in re.sub(r"[^a-z]", "", s) or re.search(r"<\s*/?\s*procmem", s) is not None
 
 
 def _check_frame(block: str, nonce: str) -> None:
