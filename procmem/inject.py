@@ -99,14 +99,13 @@ def _replace_spoofs(line: str) -> str:
         pos = b
     return "".join(out) + line[pos:] if out else line
 
-# %% ../nbs/05_inject.ipynb #5e0a5675
+# %% ../nbs/05_inject.ipynb #a721fdb6
 _ENCODED = re.compile(r"&|%[0-9a-f]{2}|\\[ux]")
 _ESCAPE = re.compile(r"\\u([0-9a-f]{4})|\\x([0-9a-f]{2})")
 _SPELLED = re.compile(  # the marker's letters with anything but letters between them (0, 3 read
     "[^a-z]*".join({"o": "[o0]", "e": "[e3]"}.get(c, c) for c in "procmemmemor")  # as o, e),
     + r"|<\s*/?\s*procmem"  # or a tag opening with procmem (half a marker)
 )
-_WHOLE_REMOVED = _REMOVED  # the same placeholder: one thing for the gates to recognise
 
 
 def _decoded(text: str) -> str:
@@ -121,12 +120,12 @@ def _decoded(text: str) -> str:
 
 
 def _imitates_frame(text: str) -> bool:
-    "Whether `text`, folded and decoded, spells a procmem marker in its letters alone."
+    "Whether `text`, folded and decoded, spells a procmem marker in its letters or opens its tag."
     return _SPELLED.search(_decoded(text)) is not None
 
-# %% ../nbs/05_inject.ipynb #32c4ff2b
+# %% ../nbs/05_inject.ipynb #a3c59936
 def _remove_imitations(line: str) -> str:
-    "`line` with each shortest run of words whose letters spell a procmem marker replaced."
+    "`line` with each shortest run of words that imitates a procmem marker replaced."
     words = line.split(" ")
     decoded = [_decoded(w) for w in words]
     starts = list(itertools.accumulate((len(d) + 1 for d in decoded), initial=0))
@@ -135,11 +134,11 @@ def _remove_imitations(line: str) -> str:
         i = bisect.bisect_right(starts, m.start()) - 1  # the word holding its first letter
         j = bisect.bisect_right(starts, m.end() - 1) - 1  # and its last
         if i >= k:
-            out += words[k:i] + [_WHOLE_REMOVED]
+            out += words[k:i] + [_REMOVED]
             k = j + 1
     return " ".join(out + words[k:])
 
-# %% ../nbs/05_inject.ipynb #a58f5ff4
+# %% ../nbs/05_inject.ipynb #67d303d9
 def neutralize_text(s: str) -> str:
     """Untrusted memory text as one safe line: no control or invisible characters, nothing that
     folds or decodes to a procmem delimiter, no leading `#`."""
@@ -149,7 +148,7 @@ def neutralize_text(s: str) -> str:
     if _imitates_frame(line):
         line = _remove_imitations(line)
         if _imitates_frame(line):
-            return _WHOLE_REMOVED
+            return _REMOVED
     return _strip_leading(line)
 
 # %% ../nbs/05_inject.ipynb #cbd094e0
