@@ -88,9 +88,11 @@ def _fold_map(line: str) -> tuple[str, list[int] | None]:
     ASCII text, whose fold keeps every position)."""
     return (line.lower(), None) if line.isascii() else fold_offsets(line)
 
-# %% ../nbs/05_inject.ipynb #0f705501
+# %% ../nbs/05_inject.ipynb #311af3d7
 def _replace_spoofs(line: str) -> str:
     "`line` with each part whose fold imitates a procmem marker replaced by `[removed delimiter]`."
+    if not _SPOOF.search(fold_text(line)):  # the common case: no per-character offsets needed
+        return line
     folded, where = _fold_map(line)
     out, pos = [], 0
     for m in _SPOOF.finditer(folded):
