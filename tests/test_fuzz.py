@@ -284,7 +284,7 @@ def test_adapter_survives_mutated_real_logs(name):
         pytest.skip(f"no input for {name}")
     fmt = LOG_FORMATS[name]
 
-    @fuzz(12)
+    @fuzz(12, deadline_ms=20_000)  # big real logs with 200 KB mutations, on a loaded machine
     @given(st.data())
     def run(data):
         _, kind, base = data.draw(st.sampled_from(bases))
@@ -725,3 +725,64 @@ def test_cli_every_bad_input_file_is_one_line(cli_env, name, cmd):
     assert all(l.startswith("procmem: ") for l in err.splitlines()), err
     with MemoryStore(store, readonly=True) as s:
         assert s.check() == []
+
+
+@fuzz(40, deadline_ms=30_000)
+@given(items=st.lists(item_dicts, min_size=1, max_size=4), suffix=st.sampled_from([".json", ".jsonl"]),
+       trust=st.sampled_from(["trusted", "user", "untrusted"]))
+def test_cli_import_of_random_items(cli_env, tmp_path_factory, items, suffix, trust):
+    "Any items, through the gates and scanner of `procmem import`: exit 0/1/2, one-line errors, a healthy store."
+    store, _ = cli_env
+    p = tmp_path_factory.mktemp("imp") / f"items{suffix}"
+    text = json.dumps(items) if suffix == ".json" else "\n".join(json.dumps(d) for d in items)
+    p.write_text(text, encoding="utf-8", errors="surrogatepass")
+    code, out, err = _run_cli(["--store", str(store), "import", "--trust", trust, str(p)])
+    assert code in (0, 1, 2) and "internal error" not in err and "Traceback" not in err, (code, err)
+    assert all(l.startswith("procmem: ") for l in err.splitlines()), err
+    with MemoryStore(store, readonly=True) as s:
+        assert s.check() == []
+
+
+class OddBackend:
+    "A custom backend (not AnthropicLLM) whose complete_json returns `value` as it is, or raises it."
+    model = "odd"
+
+    def __init__(self, value):
+        self.value = value
+
+    def complete_json(self, system, prompt, schema):
+        if isinstance(self.value, BaseException):
+            raise self.value
+        return self.value
+
+
+odd_returns = st.one_of(
+    json_values, st.tuples(json_values, json_values),
+    st.tuples(st.just(MemoryReply(memories=[])), st.none()),
+    st.sampled_from([ValueError("boom \ud800"), KeyError(10**40), RecursionError(), TimeoutError("slow")]),
+)
+
+
+@fuzz(100)
+@given(value=odd_returns)
+def test_llm_judge_and_extractor_survive_an_odd_backend(artifact, value):
+    "Whatever a custom backend returns or raises: a failure verdict, no items, never a crash or a success."
+    j = llm_judge(artifact, OddBackend(value))
+    assert isinstance(j, Judgment) and j.is_success is not True, (value, j)
+    reasons = []
+    raws, _ = _ask_llm(OddBackend(value), "system", "prompt", reasons)
+    assert isinstance(raws, list) and (raws or reasons)
+    out = extract_memories(HYPO, Judgment(True, "ok", 0.9), OddBackend(value))
+    assert isinstance(out, Extraction) and len(out) <= MAX_ITEMS
+
+
+UNVALIDATED = [JudgeVerdict.model_construct(is_success=True, reason="ok", confidence="high", missing=[], failure_class=None,
+                                            evidence=None),
+               JudgeVerdict.model_construct(is_success="yes", confidence="bogus")]
+
+
+@pytest.mark.parametrize("verdict", UNVALIDATED, ids=["evidence-none", "bogus-fields"])
+def test_llm_judge_on_an_unvalidated_verdict(artifact, verdict):
+    "A custom backend returning a JudgeVerdict built without validation (model_construct): a failure, not a crash."
+    j = llm_judge(artifact, OddBackend((verdict, None)))
+    assert j.is_success is not True
