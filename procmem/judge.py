@@ -1257,7 +1257,7 @@ def verdict_judgment(
     why = (v.reason.strip() or "the judge gave no reason") + note
     return _failure(why, CONFIDENCE_SCORES[v.confidence], judge, missing, cls, ev, cause)
 
-# %% ../nbs/09_judge.ipynb #1768741a
+# %% ../nbs/09_judge.ipynb #de9d0721
 def _judge_name(llm) -> str:
     model = getattr(llm, "model", None) or type(llm).__name__
     return f"claude:{model}" if isinstance(llm, AnthropicLLM) else f"llm:{model}"
@@ -1295,9 +1295,20 @@ def llm_judge(
         return _unavailable(e, name)
     except Exception as e:  # a raw SDK error, a bug in a custom backend: not the agent's doing
         return _unavailable(e, name)
-    if verdict is not None and not isinstance(verdict, JudgeVerdict):
-        verdict, why = None, f"the reply is a {type(verdict).__name__}, not a JudgeVerdict"
+    verdict, why = _validated_verdict(verdict, why)
     return verdict_judgment(verdict, artifact, name, why)
+
+# %% ../nbs/09_judge.ipynb #ba721f8a
+def _validated_verdict(verdict, why: str | None) -> tuple[JudgeVerdict | None, str | None]:
+    "(the verdict validated again, or None with the reason it is not a valid `JudgeVerdict`)."
+    if verdict is None:
+        return None, why
+    if not isinstance(verdict, JudgeVerdict):
+        return None, f"the reply is a {type(verdict).__name__}, not a JudgeVerdict"
+    try:
+        return JudgeVerdict.model_validate(verdict.model_dump(warnings=False)), why
+    except (pydantic.ValidationError, TypeError, ValueError) as e:
+        return None, f"invalid verdict: {str(e).splitlines()[0][:200]}"
 
 # %% ../nbs/09_judge.ipynb #6c88c9e4
 def _first_verdict(src, llm, step_budget: int | None) -> Judgment:
