@@ -485,3 +485,39 @@ def test_old_store_fixture_is_really_old():
                 assert d["schema_version"] == 1 and "status" not in d
         finally:
             con.close()
+
+
+# ------------------------------------------------------------------------------------------ truncated exports
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    "A real store's exports (the bootstrap pack and 6 seed memories) as .json and .jsonl."
+    d = tmp_path_factory.mktemp("exports")
+    with MemoryStore(d / "src.db") as s:
+        from procmem.bootstrap import bootstrap_general_strategies
+        s.add_many(bootstrap_general_strategies() + _base_items(0))
+    out = {}
+    for suffix in (".json", ".jsonl"):
+        r = _cli("export", d / f"all{suffix}", store=d / "src.db")
+        assert r.returncode == 0, r.stderr
+        out[suffix] = (d / f"all{suffix}").read_bytes()
+    return out
+
+
+@pytest.mark.parametrize("suffix", [".json", ".jsonl"])
+@pytest.mark.parametrize("frac", [0.05, 0.37, 0.5, 0.93, 0.999])
+def test_truncated_export_is_refused_whole(exports, tmp_path, capsys, suffix, frac):
+    """An export cut short (a copy interrupted, a full disk): `procmem import` refuses it with one line
+    naming the file (exit 2) and the store is unchanged -- never half an item, never a traceback."""
+    data = exports[suffix]
+    p = tmp_path / f"cut{suffix}"
+    p.write_bytes(data[: int(len(data) * frac)])
+    db = tmp_path / "m.db"
+    assert _main("bootstrap", store=db, capsys=capsys).returncode == 0
+    with MemoryStore(db) as s:
+        before = sorted(m.to_dict()["id"] for m in s.items(status=None))
+    r = _main("import", p, store=db, capsys=capsys)
+    assert r.returncode == 2 and str(p) in r.stderr, (r.returncode, r.stderr)
+    _one_error_line(r)
+    with MemoryStore(db) as s:
+        assert sorted(m.id for m in s.items(status=None)) == before and s.check() == []
