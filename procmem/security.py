@@ -186,18 +186,20 @@ def _reason_layer(reason: str) -> str:
         return "quality gates"
     return next((name for name, words in _LAYER_WORDS if any(w in r for w in words)), "other")
 
-# %% ../nbs/15_security.ipynb #acd4f525
+# %% ../nbs/15_security.ipynb #f5f04001
+def _finding_layer(f) -> str:
+    "A Finding's layer; the trust layer's checks apart (e.g. 'trust (copied_untrusted)')."
+    name = _ALIASES.get(f.layer or f.category, f.layer or f.category)
+    return f"trust ({f.category})" if name == "trust" else name
+
+
 def gate_layers(decision) -> list[str]:
     """The layers that objected to a candidate in a `GateResult` (its Findings' layers, and the
     quality gates read from its reasons; without Findings, every layer read from its reasons), in
     order, without repeats; [] when it was admitted."""
     if decision.action not in ("reject", "quarantine"):
         return []
-    found = [
-        _ALIASES.get(x, x)
-        for f in getattr(decision, "findings", None) or []
-        for x in [f.layer or f.category]
-    ]
+    found = [_finding_layer(f) for f in getattr(decision, "findings", None) or []]
     said = [
         _reason_layer(r) for r in decision.reasons if r.split(":")[0] in ("reject", "quarantine")
     ]
