@@ -263,3 +263,31 @@ def test_a_release_by_a_person_is_honoured_for_that_text_only():
     store.update(edited)  # an edit after the release is checked again
     ft.test_eq(retrieve_memories(store, ask), [])
     ft.test_eq(store.get(m.id).status, "quarantined")
+
+
+def test_a_verbatim_copy_of_untrusted_text_is_quarantined_when_no_other_layer_sees_it():
+    "Held-out injections the scanner and the strict classifier miss, copied from a web page into a step."
+    if not INJECTIONS.exists():
+        pytest.skip(f"shared data file not found: {INJECTIONS}")
+    from procmem.gates import copied_findings, COPY_MIN_WORDS
+    from procmem.trust import text_findings, untrusted_findings
+    rows = [json.loads(line) for line in INJECTIONS.read_text(encoding="utf-8").splitlines()]
+    quiet = []
+    for r in rows:
+        if r["label"] != 1 or int(hashlib.sha1(r["text"].encode()).hexdigest(), 16) % 2 == 0:
+            continue
+        line = " ".join(r["text"].split())
+        m = MemoryItem("Answer questions about the catalogue", content=f"1. Search the catalogue.\n2. {line}\n3. Finish.",
+                       provenance={"source": "web", "trust": "untrusted"})
+        if len(line.split()) >= COPY_MIN_WORDS + 2 and len(line) < 1500 and not text_findings(m) and not untrusted_findings(m):
+            quiet.append((line, m))
+        if len(quiet) == 10:
+            break
+    assert len(quiet) >= 5, len(quiet)
+    for line, m in quiet:
+        run = Trajectory("Which documentaries are in the catalogue?", [Step("search('documentaries')", f"Results. {line} More.")],
+                         "three", source="web")
+        r = run_gates(m, MemoryStore(), task=run.task, texts=run_texts(run))
+        assert r.action in ("quarantine", "reject"), (line[:80], r.reasons)
+        assert any(f.category == "copied_untrusted" and f.layer == "trust" for f in r.findings), r.reasons
+        ft.test_eq(copied_findings(m, []), [])  # nothing untrusted read: nothing copied
