@@ -291,3 +291,19 @@ def test_a_verbatim_copy_of_untrusted_text_is_quarantined_when_no_other_layer_se
         assert r.action in ("quarantine", "reject"), (line[:80], r.reasons)
         assert any(f.category == "copied_untrusted" and f.layer == "trust" for f in r.findings), r.reasons
         ft.test_eq(copied_findings(m, []), [])  # nothing untrusted read: nothing copied
+
+
+def test_run_with_memory_passes_min_confirmations_to_retrieval():
+    store = MemoryStore()
+    learn_from_trajectory(orders_run("When was my latest order placed?", "t1"), store, judge=judge_ok,
+                          extractor=steady_extractor, log=False)
+    ask = "Find my newest pending order and read its date"
+
+    def agent(task, block):
+        return Trajectory(task, [Step("open('orders')", "12 orders")], "done", outcome={"success": True})
+
+    ft.test_eq(len(run_with_memory(ask, agent, store, learn=False).injected), 1)
+    strict = run_with_memory(ask, agent, store, learn=False, min_confirmations=1)
+    ft.test_eq(strict.injected, [])
+    ev = [e["detail"] for e in store.events(kind="loop.retrieve")][-1]
+    ft.test_eq(list(ev["refused"].values()), [["untrusted and 0 independent confirmation(s) < 1"]])
