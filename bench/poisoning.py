@@ -1,7 +1,7 @@
 """The poisoning simulation of `procmem.security` on the whole held-out split (issue 8).
 
 Usage: python bench/poisoning.py [--label current|baseline] [--split held_out|tune]
-                                 [--out bench/results/poisoning.json]
+                                 [--out bench/results/poisoning.json] [--no-copy-check]
 
 Every held-out injection (label 1) of `../shared/data/injection/benchmark_dev.jsonl` (the team's split:
 sha1 of the text, odd = held out) is planted in a web page or tool result of a successful run, copied
@@ -24,8 +24,8 @@ from procmem.security import (
 DATA = REPO.parent / "shared" / "data"
 
 
-def measure(split: str) -> dict:
-    "The simulation's numbers on `split`, with its scenarios."
+def measure(split: str, strict_too: bool = True) -> dict:
+    "The simulation's numbers on `split`, with its scenarios (and with min_confirmations=1)."
     rows = injection_rows(DATA / "injection" / "benchmark_dev.jsonl", split)
     runs = _real_runs(REPO / "tests" / "fixtures" / "trajectories", DATA)
     t0 = time.perf_counter()
@@ -34,7 +34,7 @@ def measure(split: str) -> dict:
     with tempfile.TemporaryDirectory() as d:
         scenarios = security_scenarios(d)
     strict = None
-    if "min_confirmations" in inspect.signature(retrieve_memories).parameters:
+    if strict_too and "min_confirmations" in inspect.signature(retrieve_memories).parameters:
         rep1 = poisoning_simulation(rows, _sim_tasks(DATA), runs, read=dict(min_confirmations=1))
         strict = dict(summary=rep1.summary(), by_layer=rep1.by_layer(),
                       by_standalone={str(k): v for k, v in rep1.by("standalone").items()})
@@ -60,11 +60,16 @@ def main(argv=None) -> int:
     ap.add_argument("--label", default="current")
     ap.add_argument("--split", default="held_out", choices=["held_out", "tune"])
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "poisoning.json"))
+    ap.add_argument("--no-copy-check", action="store_true",
+                    help="switch the gates' copy check off (procmem.gates.COPY_MIN_WORDS huge)")
     a = ap.parse_args(argv)
+    if a.no_copy_check:
+        import procmem.gates
+        procmem.gates.COPY_MIN_WORDS = 10**9
     if not (DATA / "injection" / "benchmark_dev.jsonl").exists():
         print(f"skipped: {DATA / 'injection' / 'benchmark_dev.jsonl'} not found", file=sys.stderr)
         return 1
-    res = measure(a.split)
+    res = measure(a.split, strict_too=not a.no_copy_check)
     try:
         with open(a.out) as f:
             out = json.load(f)
