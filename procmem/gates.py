@@ -929,14 +929,15 @@ def copied_findings(
             )
     return out
 
-# %% ../nbs/11_gates.ipynb #bdeffd6f
+# %% ../nbs/11_gates.ipynb #c893bcad
 def _sink_check(candidate: MemoryItem, texts, task) -> tuple[bool, list]:
     """(whether the run had untrusted input, the sink findings then): sinks are looked for only
     after untrusted input."""
-    if texts is None:
+    if texts is None:  # no run: an item from a file or a user is its own source
         if candidate.provenance.get("trust") != "untrusted":
             return False, []
-        trusted, untrusted = ([task] if task else []), []
+        own = [t for _, t in _fields(candidate)]  # no copy check: it cannot copy itself
+        return True, sink_findings(candidate, trusted=[task] if task else [], untrusted=own)
     else:
         trusted, untrusted = texts
         if not untrusted:
@@ -1051,7 +1052,7 @@ def apply_gate(
     )
     return apply_dedup(d, _with_checks(candidate, result.checked), store)
 
-# %% ../nbs/11_gates.ipynb #ee94eb51
+# %% ../nbs/11_gates.ipynb #158e9ff2
 def _admitted(item: MemoryItem, trust: str, source: str) -> MemoryItem:
     "`item` labelled with `source` and the least trusted of `trust` and its own label."
     p = item.provenance
@@ -1088,10 +1089,7 @@ def admit_memory(
     if cand.status != "active":  # an import never lifts a quarantine: kept as it is
         why = [f"quarantine: the item is {cand.status} already", *cand.status_reasons[:4]]
         return GateResult("quarantine", reasons=why, stored=_add_held(store, cand))
-    text = "\n".join([cand.title, cand.description, cand.content, ", ".join(cand.tags)])
-    own = "untrusted" if item_trust(cand) == "untrusted" else "trusted"
-    texts = {"trusted": [], "untrusted": []} | {own: [text]}
-    task = cand.task_query or None
-    result = run_gates(cand, store, task=task, texts=texts, min_generalization=min_generalization)
+    task = cand.task_query or None  # no run texts: an untrusted item is its own untrusted source
+    result = run_gates(cand, store, task=task, min_generalization=min_generalization)
     result.stored = apply_gate(result, cand, store)
     return result

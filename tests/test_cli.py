@@ -724,3 +724,19 @@ def test_quarantine_command_holds_memories_back_all_or_nothing(store):
     listed = procmem("list", "--quarantined", store=store).stdout
     assert all(i in listed for i in ids) and listed.count("    - reviewer: outdated") == 2
     assert not any(i in procmem("list", store=store).stdout for i in ids)
+
+
+def test_import_untrusted_plain_procedures_stay_active(tmp_path):
+    "An untrusted import of plain procedures (the bootstrap pack's real text, 30+ words each) is admitted:"
+    "the copy check needs a run's texts, and an item is never a copy of itself."
+    pack = json.loads((Path(__file__).parents[1] / "procmem" / "data" / "bootstrap_general.json").read_text())
+    items = pack if isinstance(pack, list) else pack["items"]
+    rows = [{k: m[k] for k in ("title", "description", "content", "tags")} for m in items]
+    assert all(len(r["content"].split()) >= 12 for r in rows)
+    (tmp_path / "pack.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fresh = tmp_path / "fresh.db"
+    r = procmem("import", tmp_path / "pack.jsonl", "--json", store=fresh)  # untrusted by default
+    assert r.returncode == 0, r
+    results = json.loads(r.stdout)
+    assert [x["result"] for x in results] == ["added"] * len(rows), results
+    assert json.loads(procmem("list", "--quarantined", "--json", store=fresh).stdout) == []
