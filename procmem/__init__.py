@@ -6,8 +6,10 @@ __version__ = "0.1.0"
 # `procmem.testing.fake_anthropic`). Importing `index` also adds `MemoryStore.search` and `sync_index`.
 from .core import *
 from .text import *
+from .values import *
 from .store import *
 from .index import *
+from .trust import *
 from .retrieval import *
 from .inject import *
 from .bootstrap import *
@@ -22,19 +24,27 @@ from .ingest import *
 from .llm import *
 from .judge import *
 from .extract import *
+from .scanner import *
+from .injection_model import *
+from .sinks import *
 from .gates import *
 from .loop import *
+from .security import *
 
 __all__ = [
     # core: the memory item
     "MemoryItem", "MemoryValidationError", "SOURCE_TYPES", "LIMITS", "SCHEMA_VERSION", "Finding",
+    "STATUSES",
     "normalize_text", "content_fingerprint",
     # text
-    "tokenize", "tf_cosine", "jaccard",
+    "tokenize", "tf_cosine", "jaccard", "fold_text", "hidden_chars",
+    # values and sinks: one set of detectors
+    "find_values", "Value", "sink_findings", "permission_findings",
     # store
     "MemoryStore", "StoreError", "MemoryNotFoundError", "StoreConflictError", "StoreImportError",
     "NotAStoreError", "StoreDamagedError", "StoreNotFoundError", "StoreReadOnlyError",
     "BadRowError", "ExportRefusedError", "read_memory_file", "validate_store", "repair_store",
+    "StoreBudgetError", "StoreWriteError",
     # index and retrieval
     "BM25Index", "IndexDamagedError", "retrieve_memories", "DEFAULT_MIN_RELEVANCE",
     "question_form", "form_tag", "FORM_RELEVANCE",
@@ -64,7 +74,10 @@ __all__ = [
     "extract_memories", "extract_memories_contrastive", "Extraction",
     # gates
     "check_memory_deduplication", "apply_dedup", "DedupDecision", "score_generalization",
-    "find_task_leaks", "run_gates", "apply_gate", "GateResult",
+    "find_task_leaks", "run_gates", "apply_gate", "GateResult", "admit_memory",
+    # safety: scanner, classifier, trust on read, the poisoning simulation
+    "scan_memory_text", "scan_memory", "SCANNER_VERSION", "injection_probability",
+    "DEFAULT_MIN_CONFIRMATIONS", "read_check", "run_texts", "poisoning_simulation", "PoisoningReport",
     # the loop
     "run_with_memory", "learn_from_trajectory", "LoopResult", "LearnResult", "demo_trajectories",
 ]
