@@ -115,7 +115,7 @@ def _storable(m: MemoryItem):
         ft.test_eq(s.get(stored.id).to_dict(), stored.to_dict())
 
 
-@fuzz(250)
+@fuzz(150)
 @given(d=item_dicts)
 def test_from_dict_gives_a_storable_item_or_a_validation_error(d):
     try:
@@ -470,7 +470,7 @@ reply_texts = st.one_of(
 STOPS = st.sampled_from(["end_turn", "max_tokens", "refusal", "stop_sequence", "pause_turn"])
 
 
-@fuzz(150)
+@fuzz(100)
 @given(text=reply_texts, stop=STOPS, schema=st.sampled_from([JudgeVerdict, MemoryReply]))
 def test_read_reply_gives_an_object_or_a_reason(text, stop, schema):
     obj, why = _read_reply(_message(text, stop), schema)
@@ -487,7 +487,7 @@ def artifact():
     return extract_trajectory_artifact(t)
 
 
-@fuzz(150)
+@fuzz(100)
 @given(text=reply_texts, stop=STOPS)
 def test_llm_judge_never_succeeds_on_garbage(artifact, text, stop):
     j = llm_judge(artifact, ReplayLLM(text, stop))
@@ -514,7 +514,7 @@ HYPO = Trajectory("Find the founding year of the company that makes the Walkman"
                   "1946", id="fuzz-hypo", source="web")
 
 
-@fuzz(150)
+@fuzz(100)
 @given(text=reply_texts, stop=STOPS, ok=st.booleans())
 def test_extractor_reply_gives_valid_storable_items_or_none(text, stop, ok):
     reasons = []
@@ -550,7 +550,7 @@ def trajectories(draw):
         assume(False)
 
 
-@fuzz(150)
+@fuzz(100)
 @given(t=trajectories())
 def test_offline_judge_never_raises_on_random_runs(t):
     _judge_safely(t)
@@ -695,7 +695,7 @@ def _run_cli(argv):
     return code, out.getvalue(), err.getvalue()
 
 
-@fuzz(120, deadline_ms=30_000)
+@fuzz(80, deadline_ms=30_000)
 @given(data=st.data())
 def test_cli_any_arguments_exit_cleanly(cli_env, data):
     store, files = cli_env
