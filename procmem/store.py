@@ -216,8 +216,8 @@ def _link_no_clobber(src: Path, dst: Path):
         if not dst.exists():
             os.replace(src, dst)
 
-# %% ../nbs/02_store.ipynb #d2cf16a8
-DEFAULT_MAX_ACTIVE_PER_DOMAIN = 50_000  # the default cap on active memories per domain
+# %% ../nbs/02_store.ipynb #fd5540fb
+DEFAULT_MAX_ACTIVE_PER_DOMAIN = 1_000_000  # the default cap on active memories per domain
 
 
 def _check_cap(cap):
