@@ -857,7 +857,7 @@ def refresh(self: BM25Index) -> bool:
         self._sig = sig
     return True
 
-# %% ../nbs/03_index.ipynb #873243c5
+# %% ../nbs/03_index.ipynb #23cd76e8
 STORE_FIELDS = {"text": 1.0}
 _KEYWORDS = ("domain", "source_type")
 _TEXT_SQL = " || ' ' || ".join(
@@ -867,11 +867,14 @@ _TEXT_SQL = " || ' ' || ".join(
     ]
     + ["COALESCE((SELECT group_concat(value, ' ') FROM json_each(data, '$.example_queries')), '')"]
 )
-_ROWS_SQL = (  # {status}: the store's status column (or 'active' for a read-only format-2 store)
+# {status}: the store's status column (or 'active' for a read-only format-2 store). The unary `+`
+# keeps SQLite on the `rev` index: with `status = 'active'` it picked the (status, domain) index
+# and read every active row to catch up one change (28 ms at 100k instead of a few µs).
+_ROWS_SQL = (
     f"SELECT id, {_TEXT_SQL}, domain, source_type FROM memories "
-    "WHERE rev > ? AND json_valid(data) AND {status} = 'active'"
+    "WHERE rev > ? AND json_valid(data) AND +{status} = 'active'"
 )
-_INACTIVE_SQL = "SELECT id FROM memories WHERE rev > ? AND {status} <> 'active'"
+_INACTIVE_SQL = "SELECT id FROM memories WHERE rev > ? AND +{status} <> 'active'"
 
 
 def memory_text(m: MemoryItem) -> str:

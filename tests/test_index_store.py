@@ -140,3 +140,17 @@ def test_store_whose_directory_is_not_writable_keeps_its_index_in_ram(tmp_path, 
         assert s.search("gizmo zq7", k=1)[0][0].id == "id7"
         s.sync_index(flush=True)
     assert not list(tmp_path.glob("m.db-index*"))
+
+
+def test_catch_up_queries_use_the_rev_index(tmp_path):
+    "Catching up one change must read the rows after the index's revision through the rev index, never"
+    "every active row (the (status, domain) index made it 28 ms at 100k memories)."
+    import sqlite3
+    from procmem.index import _INACTIVE_SQL, _ROWS_SQL
+    s = MemoryStore(tmp_path / "m.db")
+    s.add(MemoryItem("Check the cart", content="1. open the cart"))
+    s.close()
+    con = sqlite3.connect(tmp_path / "m.db")
+    for sql in (_ROWS_SQL, _INACTIVE_SQL):
+        plan = " ".join(r[-1] for r in con.execute("EXPLAIN QUERY PLAN " + sql.format(status="status"), (0,)))
+        assert "memories_rev" in plan and "memories_status" not in plan, plan
