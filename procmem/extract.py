@@ -402,7 +402,7 @@ def _step_shape(
         f"call {fn.group(1)}" if fn else "run code",
     )
 
-# %% ../nbs/10_extract.ipynb #4a98aade
+# %% ../nbs/10_extract.ipynb #eb56fcf5
 def _as_text(v) -> str:
     """A reply field as text: None empty, a list of strings as numbered lines, anything else as JSON
     or str."""
@@ -421,6 +421,8 @@ def _as_text(v) -> str:
         return json.dumps(v, ensure_ascii=False)
     except (TypeError, ValueError):
         return str(v)
+    except RecursionError:  # a reply nested ~1,000 deep (str() of it would recurse too)
+        return "<a value nested too deeply to show>"
 
 
 _ALIASES = {
