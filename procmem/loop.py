@@ -322,7 +322,7 @@ def _run_agent(agent, task: str, block: str) -> tuple[Trajectory, str | None]:
     steps = [Step(action="agent", error=err)]
     return Trajectory(task=task, steps=steps, answer=None, metadata={"agent_error": err}), err
 
-# %% ../nbs/12_loop.ipynb #0637cce7
+# %% ../nbs/12_loop.ipynb #9f3e3bae
 def _check_run_args(task, agent) -> None:
     "Raise for a task that is not a non-empty string or an agent that is not callable."
     if not isinstance(task, str) or not task.strip():
@@ -336,18 +336,15 @@ def _check_run_args(task, agent) -> None:
 def _retrieve_step(
     store: MemoryStore,
     task: str,
-    k: int,
-    domain,
     memory: bool,
     budget: int,
     max_bullets=None,
-    min_confirmations: int = DEFAULT_MIN_CONFIRMATIONS,
     refused: dict | None = None,  # filled with what the read checks refused
+    **retrieve_kw,  # k, domain, min_confirmations, exclude_ids... for `retrieve_memories`
 ) -> tuple[list, list, str]:
     """(scored hits, the memories that fit the block, the block) for a task; nothing when memory is
     off."""
-    kw = dict(k=k, domain=domain, with_scores=True, min_confirmations=min_confirmations)
-    kw["refused"] = {} if refused is None else refused
+    kw = dict(retrieve_kw, with_scores=True, refused={} if refused is None else refused)
     scored = retrieve_memories(store, task, **kw) if memory else []
     fit = dict(budget_chars=budget, **({} if max_bullets is None else {"max_bullets": max_bullets}))
     injected = injected_memories([m for m, _ in scored], **fit)
@@ -417,7 +414,7 @@ def _agent_event(traj: Trajectory, err: str | None, timings: dict) -> dict:
         latency_ms=round(timings["agent"], 2),
     )
 
-# %% ../nbs/12_loop.ipynb #405c584b
+# %% ../nbs/12_loop.ipynb #554f0d1e
 def run_with_memory(
     task: str,  # the task for the agent
     agent,  # agent(task, memory_block) -> trajectory (Trajectory, generic dict or chat transcript)
@@ -435,13 +432,15 @@ def run_with_memory(
     learn: bool = True,  # judge, extract and store (False: only run)
     task_values=None,  # the task's specific values, for the leak gate
     min_confirmations: int = DEFAULT_MIN_CONFIRMATIONS,  # an untrusted memory needs this many
+    exclude_ids=(),  # memory ids never injected (an A/B harness: those learned from this task)
 ) -> LoopResult:
     """Run `agent` on `task` with relevant memories injected, then judge, learn and attribute the
     outcome."""
     _check_run_args(task, agent)
     timings, t_all, refused = {}, time.perf_counter(), {}
+    rkw = dict(k=k, domain=domain, min_confirmations=min_confirmations, exclude_ids=exclude_ids)
     scored, injected, block = _retrieve_step(
-        store, task, k, domain, memory, budget_chars, max_bullets, min_confirmations, refused
+        store, task, memory, budget_chars, max_bullets, refused, **rkw
     )
     timings["retrieve"], t0 = _ms(t_all), time.perf_counter()
     traj, err = _run_agent(agent, task, block)

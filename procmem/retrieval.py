@@ -250,7 +250,7 @@ def _check_args(task, k, source_type):
     if bad:
         raise ValueError(f"unknown source_type {sorted(bad)}; use one of {', '.join(SOURCE_TYPES)}")
 
-# %% ../nbs/04_retrieval.ipynb #78cce6ce
+# %% ../nbs/04_retrieval.ipynb #b852c07a
 def _relevant_hits(
     store: MemoryStore, hits: list, task: str, k: int, floor: float, ok=None
 ) -> list:
@@ -269,6 +269,28 @@ def _relevant_hits(
     return out
 
 
+def _check_exclude(exclude_ids) -> frozenset:
+    "`exclude_ids` as a frozenset of ids; a lone string or a non-string id is a TypeError."
+    if isinstance(exclude_ids, (str, bytes)):
+        raise TypeError(f"exclude_ids must be a collection of ids, not one string: {exclude_ids!r}")
+    ids = frozenset(exclude_ids or ())
+    bad = sorted(repr(i) for i in ids if not isinstance(i, str))
+    if bad:
+        raise TypeError(f"exclude_ids must hold string ids, got {', '.join(bad[:3])}")
+    return ids
+
+
+def _excluding(ok, exclude: frozenset):
+    "A predicate accepting items whose id is not in `exclude` and that `ok` accepts (when given)."
+    if not exclude:
+        return ok
+
+    def keep(m: MemoryItem) -> bool:
+        return m.id not in exclude and (ok is None or ok(m))
+
+    return keep
+
+
 def retrieve_memories(
     store: MemoryStore,
     task: str,
@@ -284,15 +306,19 @@ def retrieve_memories(
     refused: (
         dict | None
     ) = None,  # filled with id -> reasons of relevant items the read checks refused
+    exclude_ids=(),  # ids never returned (e.g. memories learned from this very task)
 ) -> list:
     """Up to `k` memories relevant to `task` that pass the read checks, best first; [] when none
     clears `min_relevance`."""
     _check_args(task, k, source_type)
     refused = {} if refused is None else _check_refused(refused)
+    exclude = _check_exclude(exclude_ids)
     ok, flagged = _read_filter(task, _check_min(min_confirmations), refused)
+    ok = _excluding(ok, exclude)
     if k == 0:
         return []
-    hits = store.search(task, max(k, candidates), domain=domain, source_type=source_type)
+    n = max(k, candidates) + len(exclude)  # excluded hits do not take a candidate's place
+    hits = store.search(task, n, domain=domain, source_type=source_type)
     out = _relevant_hits(store, hits, task, k, min_relevance, ok)
     if not out and by_form:  # nothing by its words: memories of the task's question form, if any
         out = _form_hits(store, task, k, min_relevance, ok, domain=domain, source_type=source_type)
