@@ -79,3 +79,79 @@ def test_is_harmful_thresholds():
     ft.test_eq(is_harmful(_item(10, 10)), False)
     with pytest.raises(TypeError):
         is_harmful("id-1")
+
+
+# ---- demotion -------------------------------------------------------------------------------
+from procmem.store import MemoryStore, StoreReadOnlyError
+from procmem.lifecycle import demote_harmful
+
+
+@pytest.fixture
+def bank():
+    s = MemoryStore()
+    s.add_many(bootstrap_general_strategies())
+    return s
+
+
+def _fail(store, id, n, success=False):
+    for _ in range(n):
+        store.record_outcome([id], success=success)
+
+
+def test_demote_harmful_quarantines_with_reason_and_event(bank):
+    a, b, c = [m.id for m in list(bank)[:3]]
+    _fail(bank, a, 4)
+    _fail(bank, b, 3)
+    _fail(bank, c, 1, success=True)
+    _fail(bank, c, 4)  # 1 of 5: rate 2/7 > 0.25, not harmful
+    out = demote_harmful(bank, [a, b, c])
+    ft.test_eq([m.id for m in out], [a])
+    got = bank.get(a)
+    ft.test_eq(got.status, "quarantined")
+    assert got.status_reasons[0].startswith("harmful: failed 4 of 4 uses"), got.status_reasons
+    ev = bank.events(kind="quarantine")[-1]
+    ft.test_eq((ev["ids"], ev["detail"]["by"], ev["detail"]["harmful"]), ([a], "procmem", True))
+    ft.test_eq({bank.get(i).status for i in (b, c)}, {"active"})
+    assert a not in {m.id for m in bank}
+
+
+def test_demote_harmful_all_and_no_write_when_nothing(bank, tmp_path):
+    ft.test_eq(demote_harmful(bank), [])
+    ft.test_eq(bank.events(kind="quarantine"), [])
+    path = tmp_path / "b.db"
+    with MemoryStore(path) as s:
+        s.add_many(bootstrap_general_strategies())
+        ids = [m.id for m in s]
+    with MemoryStore(path, readonly=True) as ro:  # nothing harmful: a read-only store is fine
+        ft.test_eq(demote_harmful(ro, ids), [])
+    with MemoryStore(path) as s:
+        _fail(s, ids[2], 5)
+    with MemoryStore(path, readonly=True) as ro:
+        with pytest.raises(StoreReadOnlyError):
+            demote_harmful(ro)
+    with MemoryStore(path) as s:
+        ft.test_eq([m.id for m in demote_harmful(s, by="reviewer")], [ids[2]])
+
+
+def test_released_memory_needs_new_evidence(bank):
+    a = list(bank)[0].id
+    _fail(bank, a, 4)
+    demote_harmful(bank, a)
+    bank.release(a, "the tool was down that day")
+    ft.test_eq(demote_harmful(bank, a), [])
+    _fail(bank, a, 3)
+    ft.test_eq(demote_harmful(bank, a), [])
+    _fail(bank, a, 1)
+    ft.test_eq([m.id for m in demote_harmful(bank, a)], [a])
+    assert "since its release" in bank.get(a).status_reasons[-1]
+
+
+def test_demote_harmful_errors(bank):
+    with pytest.raises(TypeError, match="store must be a MemoryStore"):
+        demote_harmful([], None)
+    with pytest.raises(TypeError, match="ids must be strings"):
+        demote_harmful(bank, [1, 2])
+    with pytest.raises(TypeError, match="ids must be an id or a list"):
+        demote_harmful(bank, 5)
+    with pytest.raises(ValueError, match="by must be a non-empty string"):
+        demote_harmful(bank, by="")
