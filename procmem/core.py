@@ -13,9 +13,9 @@ from fastcore.basics import patch
 __all__ = ['SOURCE_TYPES', 'STATUSES', 'SCHEMA_VERSION', 'LIMITS', 'MemoryValidationError', 'normalize_text',
            'content_fingerprint', 'utc_now', 'parse_timestamp', 'MemoryItem', 'Finding']
 
-# %% ../nbs/00_core.ipynb #bccd5693
+# %% ../nbs/00_core.ipynb #96967762
 SOURCE_TYPES = ("success", "failure", "seed", "contrastive")  # where a memory came from
-STATUSES = ("active", "quarantined")  # "active": used; any other status: kept but never used
+STATUSES = ("active", "quarantined", "archived")  # only "active" is used; the others are kept
 SCHEMA_VERSION = 2  # 2: `status` and `status_reasons` (items written by version 1 read as active)
 LIMITS = dict(
     id=128,
@@ -65,7 +65,7 @@ def parse_timestamp(s: str) -> datetime:
     d = datetime.fromisoformat(s[:-1] + "+00:00" if s.endswith(("Z", "z")) else s)
     return d if d.tzinfo else d.replace(tzinfo=timezone.utc)
 
-# %% ../nbs/00_core.ipynb #87b638cc
+# %% ../nbs/00_core.ipynb #e89cba7f
 @dataclass
 class MemoryItem:
     "One procedural memory: a strategy from a success or a pitfall from a failure."
@@ -81,6 +81,7 @@ class MemoryItem:
     created_at: str = field(default_factory=utc_now)  # ISO-8601 UTC
     session_id: str | None = None
     access_count: int = 0  # times retrieved
+    injected_count: int = 0  # times shown to an agent in a memory block
     confidence: float = 0.1  # 0.1 at birth, +0.1 per confirmation, at most 1.0
     use_count: int = 0  # times injected into a task with a judged outcome
     success_count: int = 0
@@ -193,10 +194,13 @@ def _check_history(example_queries, lineage):
             msg = f"an entry is larger than {LIMITS['lineage_entry']:,} characters"
             raise MemoryValidationError("lineage", msg)
 
-# %% ../nbs/00_core.ipynb #4b8864c3
+# %% ../nbs/00_core.ipynb #803b5cca
+_COUNTERS = ("access_count", "injected_count", "use_count", "success_count", "failure_count")
+
+
 def _check_numbers(m):
     "Raise unless the counters are non-negative ints and confidence is in [0, 1]."
-    for name in ("access_count", "use_count", "success_count", "failure_count", "schema_version"):
+    for name in _COUNTERS + ("schema_version",):
         _check_count(name, getattr(m, name))
     c = m.confidence
     if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 <= c <= 1:  # NaN fails too

@@ -88,7 +88,7 @@ class ReadOnlyWarning(UserWarning):
 class IndexWriteWarning(UserWarning):
     "The search index file could not be written (e.g. the disk is full); searches use memory."
 
-# %% ../nbs/02_store.ipynb #fdc21a54
+# %% ../nbs/02_store.ipynb #2ec037ab
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS memories(id TEXT PRIMARY KEY, rev INTEGER NOT NULL, fingerprint TEXT NOT NULL,
@@ -101,7 +101,8 @@ CREATE INDEX IF NOT EXISTS tombstones_rev ON tombstones(rev);
 CREATE TABLE IF NOT EXISTS events(seq INTEGER PRIMARY KEY AUTOINCREMENT, at TEXT NOT NULL, kind TEXT NOT NULL,
   ids TEXT NOT NULL, detail TEXT NOT NULL);
 """
-STORE_FORMAT = 3  # the on-disk schema this code writes (2: meaning per domain; 3: status column)
+STORE_FORMAT = 4  # the on-disk schema this code writes (2: meaning per domain; 3: status column;
+# 4: the "archived" status)
 _STATUS_INDEX = "CREATE INDEX IF NOT EXISTS memories_status ON memories(status, domain)"
 
 # %% ../nbs/02_store.ipynb #a45f6d8c
@@ -226,7 +227,7 @@ def _check_cap(cap):
         raise ValueError(f"max_active_per_domain must be a positive integer or None, got {cap!r}")
     return cap
 
-# %% ../nbs/02_store.ipynb #e48ffaad
+# %% ../nbs/02_store.ipynb #b5e2e4a1
 class MemoryStore:
     "A durable bank of `MemoryItem`s in one SQLite file (`path=None`: in memory)."
 
@@ -242,6 +243,7 @@ class MemoryStore:
         self.max_active_per_domain = _check_cap(max_active_per_domain)
         self.bad_rows = {}  # id -> why the stored memory cannot be read (skipped when listing)
         self.unrecorded_accesses = 0  # record_access calls a read-only store ignored
+        self.unrecorded_injections = 0  # record_injection calls a read-only store ignored
         self._lock = threading.RLock()
         self._con = self._connect(busy_timeout)
         if self.readonly:
@@ -760,7 +762,7 @@ def _log_batch(self: MemoryStore, c, outcomes, counts: dict):
             c, "add_many", ids, **counts, **(dict(quarantined=quarantined) if quarantined else {})
         )
 
-# %% ../nbs/02_store.ipynb #48ab19b7
+# %% ../nbs/02_store.ipynb #448508e1
 _INDEXED = (
     "title",
     "description",
@@ -771,7 +773,14 @@ _INDEXED = (
     "source_type",
     "example_queries",
 )
-STORE_COUNTERS = ("access_count", "use_count", "success_count", "failure_count", "last_used_at")
+STORE_COUNTERS = (
+    "access_count",
+    "injected_count",
+    "use_count",
+    "success_count",
+    "failure_count",
+    "last_used_at",
+)
 _STATUS_FIELDS = ("status", "status_reasons")
 _UPDATE = (
     "UPDATE memories SET rev=?, fingerprint=?, source_type=?, domain=?, created_at=?, data=? "
@@ -1026,7 +1035,26 @@ def _set_status(
     c.execute(sql, (self._next_rev(c), status, _dump(new), new.id))
     return new
 
-# %% ../nbs/02_store.ipynb #6d7dd67d
+# %% ../nbs/02_store.ipynb #77f95c5f
+_WAS_QUARANTINED = "was quarantined: "  # marks an archived memory's quarantine reasons
+
+
+def _split_archived(reasons: list) -> tuple[list, list]:
+    "(why it was archived, why it was quarantined before) from an archived memory's reasons."
+    n = len(_WAS_QUARANTINED)
+    held = [r[n:] for r in reasons if r.startswith(_WAS_QUARANTINED) and r[n:].strip()]
+    return [r for r in reasons if not r.startswith(_WAS_QUARANTINED)], held
+
+
+def _archived_reasons(why: list, held: list) -> list:
+    """An archived memory's `status_reasons`: why, then the quarantine reasons marked (the newest
+    kept when they do not all fit; at least one quarantine reason survives)."""
+    cap = LIMITS["status_reasons"]
+    marked = [_reason_text(_WAS_QUARANTINED + r) for r in dict.fromkeys(held)][-(cap - 1) :]
+    why = list(dict.fromkeys(why))
+    return why[-(cap - len(marked)) :] + marked
+
+# %% ../nbs/02_store.ipynb #8b93887a
 @patch
 def quarantine(
     self: MemoryStore,
@@ -1040,17 +1068,24 @@ def quarantine(
     reasons, by = _reason_list(reasons), _who(by)
     if not ids:
         return []
-    out = []
     with self._write() as c:
-        for i in ids:
-            old = self._status_row(c, i)
-            kept = old.status_reasons if old.status == "quarantined" else []
-            merged = list(dict.fromkeys(kept + reasons))[-LIMITS["status_reasons"] :]
-            out.append(self._set_status(c, old, "quarantined", merged))
+        out = [self._hold(c, self._status_row(c, i), reasons) for i in ids]
         self._log(c, "quarantine", ids, by=by, reasons=reasons)
     return out
 
-# %% ../nbs/02_store.ipynb #17f49df3
+
+@patch
+def _hold(self: MemoryStore, c, old: MemoryItem, reasons: list) -> MemoryItem:
+    """Quarantine `old` with `reasons` added to its own; an archived one stays archived, marked to
+    come back quarantined when it is restored."""
+    if old.status == "archived":
+        why, held = _split_archived(old.status_reasons)
+        return self._set_status(c, old, "archived", _archived_reasons(why, held + reasons))
+    kept = old.status_reasons if old.status == "quarantined" else []
+    merged = list(dict.fromkeys(kept + reasons))[-LIMITS["status_reasons"] :]
+    return self._set_status(c, old, "quarantined", merged)
+
+# %% ../nbs/02_store.ipynb #4802c62d
 @patch
 def release(
     self: MemoryStore,
@@ -1064,9 +1099,10 @@ def release(
     reason, by = _reason_text(reason), _who(by)
     with self._write() as c:
         old = self._status_row(c, id)
-        if old.status == "active":
+        if old.status != "quarantined":
+            hint = "; restore() brings back an archived one" if old.status == "archived" else ""
             raise StoreConflictError(
-                f"memory {id!r} is active, not quarantined; nothing to release"
+                f"memory {id!r} is {old.status}, not quarantined; nothing to release{hint}"
             )
         seen = dict(by=by, at=utc_now(), reason=reason[:200], fingerprint=old.fingerprint)
         prov = {**old.provenance, "released": seen}  # the read checks honour this exact text

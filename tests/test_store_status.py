@@ -169,11 +169,11 @@ def test_same_meaning_different_status_is_held_not_merged():
 
 
 def test_unknown_status_is_a_clear_validation_error(tmp_path):
-    for bad in ("archived", "Active", "", None, 1):
+    for bad in ("archive", "Archived", "Active", "", None, 1):
         ft.test_fail(lambda: MemoryItem("t", content="c", status=bad), contains="MemoryItem.status:")
     e = _raises(lambda: MemoryItem.from_dict({"title": "t", "content": "c", "status": "deleted"}))
     assert isinstance(e, MemoryValidationError) and e.field == "status" and "not one of active, quarantined" in str(e)
-    ft.test_eq(STATUSES[:2], ("active", "quarantined"))
+    ft.test_eq(STATUSES, ("active", "quarantined", "archived"))
     db = tmp_path / "m.db"
     with MemoryStore(db) as s:
         s.add_many(PACK)
