@@ -483,7 +483,7 @@ def plot_retrieval_scores(store: MemoryStore):
     "A histogram of retrieval scores from the loop's `loop.retrieve` events (a Figure)."
     return _scores_figure(_retrieval_scores(store))
 
-# %% ../nbs/17_analysis.ipynb #7d15090b
+# %% ../nbs/17_analysis.ipynb #31c67752
 def _wilson(rate: float, n: int, z: float = 1.96) -> tuple:
     "The Wilson score interval of a success rate over `n` runs."
     if not n:
@@ -499,7 +499,7 @@ def _ab_summary(summary):
     if not isinstance(summary, pd.DataFrame):
         raise TypeError(f"plot_ab: expected summarize_ab's DataFrame, got {type(summary).__name__}")
     cols = set(summary.columns)
-    if "success_rate" not in cols and {"task", "arm", "success"} <= cols:
+    if "success_rate" not in cols and {"arm", "success"} <= cols:
         from procmem.eval import summarize_ab
 
         return summarize_ab(summary)
@@ -507,7 +507,7 @@ def _ab_summary(summary):
     if missing or not ({"success_ci_low", "success_ci_high"} <= cols or "n" in cols):
         raise ValueError(
             "plot_ab: expected summarize_ab's frame (columns arm, success_rate and success_ci_low/"
-            f"success_ci_high or n) or ab_test's (task, arm, success); got {sorted(cols)}"
+            f"success_ci_high or n) or ab_test's (task_id, arm, repeat, success); got {sorted(cols)}"
         )
     return summary
 
