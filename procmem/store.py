@@ -473,6 +473,33 @@ def _dump(item: MemoryItem) -> str:
     d.update((k, getattr(item, k)) for k in _field_names())
     return json.dumps(d, ensure_ascii=False)
 
+# %% ../nbs/02_store.ipynb #32edf966
+def _os_user() -> str:
+    "The name of the user running this process, or 'uid N' when the system has none for it."
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError, ImportError):  # no passwd entry (containers), no LOGNAME/USER
+        return f"uid {os.getuid()}"
+
+
+def _who(by) -> str:
+    "`by` as one line (None: the operating-system user)."
+    if by is None:
+        return _os_user()
+    if not isinstance(by, str) or not by.strip():
+        raise ValueError(f"by must be a non-empty string naming who acts, got {by!r}")
+    return _reason_text(by)[:100]
+
+
+def _reason_list(reasons) -> list[str]:
+    "`reasons` (a text or `Finding`, or an iterable of them) as distinct one-line texts; >= 1."
+    if isinstance(reasons, (str, Finding)):
+        reasons = [reasons]
+    out = [r for r in dict.fromkeys(_reason_text(r) for r in reasons) if r]
+    if not out:
+        raise ValueError("a reason is required: say why (a text or a Finding)")
+    return out
+
 # %% ../nbs/02_store.ipynb #194983fd
 @patch
 def _load_row(self: MemoryStore, id: str, data: str) -> MemoryItem | None:
@@ -800,10 +827,20 @@ def _row_for_write(self: MemoryStore, c, id: str) -> tuple[MemoryItem, int]:
         raise MemoryNotFoundError(f"no memory has id {id!r}; use add() for new memories")
     return self._load_strict(id, row[0]), row[1]
 
-# %% ../nbs/02_store.ipynb #6dcab5fb
+# %% ../nbs/02_store.ipynb #e242adbe
 @patch
-def _rewrite(self: MemoryStore, c, old: MemoryItem, old_rev: int, new: MemoryItem, kind: str):
-    "Write `new` over `old` (same id) inside a write transaction: conflict check, revision, event."
+def _rewrite(
+    self: MemoryStore,
+    c,
+    old: MemoryItem,
+    old_rev: int,
+    new: MemoryItem,
+    kind: str,
+    ids=None,
+    **detail,
+):
+    """Write `new` over `old` (same id) inside a write transaction: conflict check, revision, one
+    `kind` event naming `ids` (default: the id) with the changed fields and `detail`."""
     args = (new.fingerprint, new.source_type == "failure", new.domain, new.id)
     other = c.execute(_SAME_MEANING_ELSEWHERE, args).fetchone()
     if other:
@@ -814,7 +851,7 @@ def _rewrite(self: MemoryStore, c, old: MemoryItem, old_rev: int, new: MemoryIte
         _UPDATE,
         (rev, new.fingerprint, new.source_type, new.domain, new.created_at, _dump(new), new.id),
     )
-    self._log(c, kind, [new.id], fields=_field_diff(old, new))
+    self._log(c, kind, list(ids or [new.id]), fields=_field_diff(old, new), **detail)
 
 
 def _field_diff(a: MemoryItem, b: MemoryItem) -> list[str]:
@@ -837,11 +874,18 @@ def update(self: MemoryStore, item: MemoryItem) -> MemoryItem:
         self._rewrite(c, old, rev, new, "update")
     return new
 
-# %% ../nbs/02_store.ipynb #83a1382c
+# %% ../nbs/02_store.ipynb #3eddb3ea
 @patch
-def modify(self: MemoryStore, id: str, fn) -> MemoryItem:
-    """Atomically read memory `id`, call `fn(item)` and write the item it returns; returns it as
-    stored."""
+def modify(
+    self: MemoryStore,
+    id: str,  # the memory to change
+    fn,  # fn(item) -> the item to store (same id and status)
+    kind: str = "modify",  # the event's kind, e.g. "edit" for a person's edit
+    **detail,  # more event details (JSON data), e.g. by="alice", reason="typo"
+) -> MemoryItem:
+    """Atomically read memory `id`, call `fn(item)` and write the item it returns, with one `kind`
+    event; returns it as stored."""
+    kind, detail = _event_args(kind, detail)
     with self._write() as c:
         old, rev = self._row_for_write(c, id)
         new = fn(MemoryItem.from_dict(old.to_dict()))
@@ -854,10 +898,20 @@ def modify(self: MemoryStore, id: str, fn) -> MemoryItem:
         new.validate()
         if (new.status, new.status_reasons) != (old.status, old.status_reasons):
             raise StoreConflictError(
-                f"modify: fn changed the status of memory {id!r}; use quarantine() or release()"
+                f"modify: fn changed the status of memory {id!r}; use quarantine(), release(), "
+                "archive() or restore()"
             )
-        self._rewrite(c, old, rev, new, "modify")
+        self._rewrite(c, old, rev, new, kind, **detail)
     return new
+
+
+def _event_args(kind, detail: dict) -> tuple[str, dict]:
+    "A checked event kind and details (`by` as one line; `fields` is the store's own)."
+    if not isinstance(kind, str) or not kind.strip() or len(kind) > 40:
+        raise ValueError(f"kind must be a short non-empty event name, got {kind!r}")
+    if "fields" in detail:
+        raise ValueError("'fields' is written by the store (the changed fields); use another name")
+    return kind, dict(detail, **({"by": _who(detail["by"])} if "by" in detail else {}))
 
 # %% ../nbs/02_store.ipynb #d5504a2d
 @patch
@@ -987,33 +1041,6 @@ def log_events(self: MemoryStore, events) -> int:
             for kind, ids, detail in rows:
                 self._log(c, kind, ids, **detail)
     return len(rows)
-
-# %% ../nbs/02_store.ipynb #32edf966
-def _os_user() -> str:
-    "The name of the user running this process, or 'uid N' when the system has none for it."
-    try:
-        return getpass.getuser()
-    except (OSError, KeyError, ImportError):  # no passwd entry (containers), no LOGNAME/USER
-        return f"uid {os.getuid()}"
-
-
-def _who(by) -> str:
-    "`by` as one line (None: the operating-system user)."
-    if by is None:
-        return _os_user()
-    if not isinstance(by, str) or not by.strip():
-        raise ValueError(f"by must be a non-empty string naming who acts, got {by!r}")
-    return _reason_text(by)[:100]
-
-
-def _reason_list(reasons) -> list[str]:
-    "`reasons` (a text or `Finding`, or an iterable of them) as distinct one-line texts; >= 1."
-    if isinstance(reasons, (str, Finding)):
-        reasons = [reasons]
-    out = [r for r in dict.fromkeys(_reason_text(r) for r in reasons) if r]
-    if not out:
-        raise ValueError("a reason is required: say why (a text or a Finding)")
-    return out
 
 # %% ../nbs/02_store.ipynb #dc48eab4
 @patch

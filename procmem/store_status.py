@@ -52,7 +52,7 @@ def _skip_injection(self: MemoryStore, ids: list):
         )
     self.unrecorded_injections = getattr(self, "unrecorded_injections", 0) + len(ids)
 
-# %% ../nbs/02a_store_status.ipynb #9e4dfdbc
+# %% ../nbs/02a_store_status.ipynb #ba609b03
 def _id_list(ids) -> list:
     "`ids` (one id or an iterable of ids) as a list of distinct ids, in order."
     ids = [ids] if isinstance(ids, str) else list(ids)
@@ -60,6 +60,21 @@ def _id_list(ids) -> list:
     if bad:
         raise TypeError(f"memory ids must be strings, got {type(bad[0]).__name__} {bad[0]!r}")
     return list(dict.fromkeys(ids))
+
+
+def _reasons_by_id(ids: list, reasons) -> dict:
+    """{id: [one-line reasons]} from one set of reasons for all ids, or a dict {id: reason(s)}
+    that names every id and no other."""
+    if not isinstance(reasons, dict):
+        same = _reason_list(reasons)
+        return {i: same for i in ids}
+    missing = [i for i in ids if i not in reasons]
+    if missing:
+        raise ValueError(f"no reason given for memory {missing[0]!r}: every id needs one")
+    unknown = [k for k in reasons if k not in ids]
+    if unknown:
+        raise ValueError(f"a reason is given for {unknown[0]!r}, which is not among the ids")
+    return {i: _reason_list(reasons[i]) for i in ids}
 
 
 def _archive_reasons(m: MemoryItem, reasons: list) -> list:
@@ -71,25 +86,41 @@ def _archive_reasons(m: MemoryItem, reasons: list) -> list:
         return _archived_reasons(why + reasons, held)
     return _archived_reasons(reasons, [])
 
-# %% ../nbs/02a_store_status.ipynb #c7b62758
+# %% ../nbs/02a_store_status.ipynb #3b13da1b
+@patch
+def _archive_rows(self: MemoryStore, c, ids: list, reasons_by_id: dict) -> list[MemoryItem]:
+    """Archive `ids` inside the caller's write transaction, without an event (a merge logs its
+    own); `MemoryNotFoundError` for an unknown id (the caller's transaction rolls back)."""
+    return self._put_away(c, [self._status_row(c, i) for i in ids], reasons_by_id)
+
+
+@patch
+def _put_away(self: MemoryStore, c, olds: list, reasons_by_id: dict) -> list[MemoryItem]:
+    "Write each item of `olds` back archived, with its reasons from `reasons_by_id`."
+    return [
+        self._set_status(c, m, "archived", _archive_reasons(m, reasons_by_id[m.id])) for m in olds
+    ]
+
+
 @patch
 def archive(
     self: MemoryStore,
     ids,  # one id or several; all must exist, else nothing changes
-    reasons,  # why: a text or `Finding`, or a list of them (at least one)
+    reasons,  # why: a text or `Finding`, a list of them, or a dict {id: reason(s)} for every id
     by: str | None = None,  # who decided (default: the operating-system user)
 ) -> list[MemoryItem]:
     """Archive memories: kept in the file, never searched, retrieved, injected or counted by `len`;
     restorable. Returns them as stored."""
     ids = _id_list(ids)
-    reasons, by = _reason_list(reasons), _who(by)
+    why, by = _reasons_by_id(ids, reasons), _who(by)
     if not ids:
         return []
     with self._write() as c:
         olds = [self._status_row(c, i) for i in ids]  # MemoryNotFoundError: nothing written
-        out = [self._set_status(c, m, "archived", _archive_reasons(m, reasons)) for m in olds]
+        out = self._put_away(c, olds, why)
         was = {m.id: m.status for m in olds if m.status != "active"}
-        self._log(c, "archive", ids, by=by, reasons=reasons, **(dict(was=was) if was else {}))
+        logged = why if isinstance(reasons, dict) else why[ids[0]]
+        self._log(c, "archive", ids, by=by, reasons=logged, **(dict(was=was) if was else {}))
     return out
 
 # %% ../nbs/02a_store_status.ipynb #0801660b

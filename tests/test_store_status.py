@@ -149,7 +149,7 @@ def test_status_is_store_owned():
     ft.test_eq(s.update(stale).status, "quarantined")  # a stale copy cannot undo a quarantine
     ft.test_eq(s.get(m.id).description, "edited while it was being quarantined")
     import dataclasses
-    ft.test_fail(lambda: s.modify(m.id, lambda x: dataclasses.replace(x, status="active")), contains="use quarantine() or release()")
+    ft.test_fail(lambda: s.modify(m.id, lambda x: dataclasses.replace(x, status="active")), contains="use quarantine(), release()")
     ft.test_eq(s.get(m.id).status, "quarantined")
 
 
