@@ -347,40 +347,39 @@ def _active_spans(df, left: dict):
     spans = pd.DataFrame(dict(source_type=df["source_type"], start=df["created_at"], end=end))
     return spans[~gone | end.notna()]
 
-# %% ../nbs/17_analysis.ipynb #a1afaba7
-def _steps(spans, horizon):
-    "(times, counts) of a step line: how many spans are open at each start or end."
+# %% ../nbs/17_analysis.ipynb #11b7872c
+def _steps(spans, left, right):
+    """(times, counts) of a step line from 0 at `left` to `right`: how many spans are open after
+    each start or end."""
     pd = _pd()
     marks = pd.concat(
         [pd.Series(1, index=spans["start"]), pd.Series(-1, index=spans["end"].dropna())]
     ).sort_index()
     counts = marks.groupby(level=0).sum().cumsum()
-    return list(counts.index) + [horizon], list(counts.values) + [counts.values[-1]]
+    return [left, *counts.index, right], [0, *counts.values, counts.values[-1]]
 
 
-def _draw_growth(ax, spans):
-    "One step line per source type and a dashed one for all; returns the time span drawn."
-    start, horizon = spans["start"].min(), _pd().concat([spans["start"], spans["end"]]).max()
+def _draw_growth(ax, spans, left, right):
+    "One step line per source type and a dashed one for all, from `left` to `right`."
     for st in _present(spans["source_type"], ("success", "failure", "seed", "contrastive")):
-        mine = spans[spans["source_type"] == st]
-        ax.step(*_steps(mine, horizon), where="post", marker=".", label=st)
-    ax.step(*_steps(spans, horizon), where="post", color="black", ls="--", marker="_", label="all")
-    return start, horizon
+        ax.step(*_steps(spans[spans["source_type"] == st], left, right), where="post", label=st)
+    ax.step(*_steps(spans, left, right), where="post", color="black", ls="--", label="all")
 
 
-def _growth_figure(df, left: dict):
-    "The growth plot of a `to_df` frame, given when non-active items left."
+def _growth_figure(df, left_at: dict):
+    "The growth plot of a `to_df` frame, given when non-active items left (`left_at`)."
     fig, ax = _new_figure()
-    spans = _active_spans(df, left)
+    spans = _active_spans(df, left_at)
     if spans.empty:
         return _say_empty(fig, ax, "No memories yet: nothing has grown.")
-    start, horizon = _draw_growth(ax, spans)
-    pad = max((horizon - start) * 0.05, _pd().Timedelta(minutes=1))  # a bank learned in seconds
+    start, end = spans["start"].min(), _pd().concat([spans["start"], spans["end"]]).max()
+    pad = max((end - start) * 0.05, _pd().Timedelta(minutes=1))  # a bank learned in seconds
+    _draw_growth(ax, spans, start - pad, end + pad)
     q, a = int(df["quarantined"].sum()), int(df["archived"].sum())
     ax.set(
         title=f"Active memories over time ({q} quarantined, {a} archived now)",
         ylabel="active memories",
-        xlim=(start - pad, horizon + pad),
+        xlim=(start - pad, end + pad),
         ylim=(0, None),
     )
     _whole_numbers(ax.yaxis)
