@@ -495,7 +495,7 @@ def merge(
     with self._write() as c:
         return _merge_in(self, c, ids, who)
 
-# %% ../nbs/16_lifecycle.ipynb #aaf2685a
+# %% ../nbs/16_lifecycle.ipynb #ffcb6b83
 _HISTORY_FIELDS = ("title", "description", "content", "tags", "task_query")
 _TEXT_EVENTS = ("merge", "edit", "modify", "update")  # event kinds that rewrite a memory's text
 
@@ -514,35 +514,40 @@ def _text_events(store: MemoryStore, id: str) -> list:
 _EVENT_LAG_S = 60  # an event is logged within this many seconds after its version was stamped
 
 
-def _event_for(events: list, since: str | None) -> dict:
-    "The first event logged at or just after `since` (the moment a version became current), or {}."
-    if not since:
-        return {}
-    t = parse_timestamp(since)
-    for e in events:
-        if 0 <= (parse_timestamp(e["at"]) - t).total_seconds() <= _EVENT_LAG_S:
-            return e
-    return {}
+def _match_events(sinces: list, events: list) -> list:
+    """For each moment in `sinces` (oldest first) the first unused event logged at or just after it,
+    or {}: edits made within one second still pair up in order."""
+    used, out = set(), []
+    for since in sinces:
+        t = parse_timestamp(since) if since else None
+        hit = {}
+        for e in events if t else []:
+            lag = (parse_timestamp(e["at"]) - t).total_seconds()
+            if e["seq"] not in used and 0 <= lag <= _EVENT_LAG_S:
+                hit = e
+                used.add(e["seq"])
+                break
+        out.append(hit)
+    return out
 
-# %% ../nbs/16_lifecycle.ipynb #65d2aee5
-def _version_row(v: dict, n: int, older: dict | None, created: str | None, events: list) -> dict:
-    "One version (a lineage entry or the current item) as a history row."
-    since = older.get("replaced_at") if older else created
-    ev = _event_for(events, since) if older else {}
+# %% ../nbs/16_lifecycle.ipynb #fe0b02c1
+def _version_row(v: dict, n: int, older: dict | None, since: str | None, ev: dict) -> dict:
+    "One version (a lineage entry or the current item) as a history row; `ev` the event that made it."
     d = ev.get("detail") or {}
+    made = (older or {}).get("why") or ev.get("kind") or (None if older or not since else "created")
     return dict(
         version=n,
         current=False,
         since=since,
         until=v.get("replaced_at"),
-        why=ev.get("kind") or (older.get("why") if older else ("created" if created else None)),
-        by=d.get("by") or (older.get("by") if older else None),
+        why=made,
+        by=(older or {}).get("by") or d.get("by"),
         changed=None if older is None else [k for k in _HISTORY_FIELDS if v.get(k) != older.get(k)],
         **{k: v.get(k) for k in _HISTORY_FIELDS},
         fingerprint=v.get("fingerprint"),
     )
 
-# %% ../nbs/16_lifecycle.ipynb #3a29d08c
+# %% ../nbs/16_lifecycle.ipynb #e0ca0c5c
 @patch
 def history(
     self: MemoryStore,
@@ -555,11 +560,11 @@ def history(
     cur = self.get(id)  # MemoryNotFoundError
     versions = [cur.to_dict()] + [e for e in reversed(cur.lineage) if isinstance(e, dict)]
     full = len(cur.lineage) >= LIMITS["lineage"]  # older versions may have been dropped
-    events, rows = _text_events(self, id), []
-    for i, v in enumerate(versions):
-        older = versions[i + 1] if i + 1 < len(versions) else None
-        created = None if older or full else cur.created_at
-        rows.append(_version_row(v, len(versions) - i, older, created, events))
+    olders = versions[1:] + [None]
+    sinces = [o.get("replaced_at") if o else (None if full else cur.created_at) for o in olders]
+    evs = _match_events(sinces[-2::-1], _text_events(self, id))[::-1] + [{}]
+    rows = [_version_row(v, len(versions) - i, olders[i], sinces[i], evs[i])
+            for i, v in enumerate(versions)]
     rows[0]["current"] = True
     return rows
 
