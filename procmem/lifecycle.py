@@ -23,12 +23,12 @@ __all__ = ['PRIOR_SUCCESSES', 'PRIOR_FAILURES', 'HALF_LIFE_DAYS', 'DECAY_FLOOR',
            'HARMFUL_MIN_USES', 'HARMFUL_MAX_RATE', 'BULLET_DUPLICATE', 'utility', 'is_harmful', 'demote_harmful',
            'PruneReport', 'MergeRefusedError', 'merge_candidates']
 
-# %% ../nbs/16_lifecycle.ipynb #84304244
+# %% ../nbs/16_lifecycle.ipynb #c3974607
 PRIOR_SUCCESSES = 1.0  # Beta prior pseudo-successes: a never-used memory scores 0.5 (Laplace)
 PRIOR_FAILURES = 1.0  # Beta prior pseudo-failures: one failure in one use gives 1/3, not 0
 HALF_LIFE_DAYS = 90.0  # evidence halves in weight every 90 unused days (a quarter: procedures age
 # slower than chat facts, and a weekly task must not lose its memories within a month)
-DECAY_FLOOR = 0.1  # stale evidence still counts a tenth, so old memories stay ordered by rate
+DECAY_FLOOR = 0.1  # stale evidence still counts a tenth, so idle memories stay ordered by rate
 USAGE_BONUS = 0.1  # at most this share of the gap between rate and 1 is earned by usage
 USAGE_HALF_USES = 10.0  # successful uses that earn half of the usage bonus
 
@@ -52,7 +52,7 @@ def _age_days(item: MemoryItem, now: datetime) -> float:
     then = parse_timestamp(item.last_used_at or item.created_at)
     return max(0.0, (now - then).total_seconds() / 86400)
 
-# %% ../nbs/16_lifecycle.ipynb #1c3e0deb
+# %% ../nbs/16_lifecycle.ipynb #f4bfe726
 def _smoothed(s: int, f: int) -> float:
     "The posterior mean success rate after `s` successes and `f` failures (Beta prior)."
     return (s + PRIOR_SUCCESSES) / (s + f + PRIOR_SUCCESSES + PRIOR_FAILURES)
@@ -64,20 +64,23 @@ def _rate(item: MemoryItem) -> float:
 
 
 def _parts(item: MemoryItem, now: datetime) -> dict:
-    "The pieces of `utility`: smoothed rate, usage share, decay factor, and the score."
+    "The pieces of `utility`: smoothed rate, decay factor, decayed evidence, usage share, score."
+    prior = PRIOR_SUCCESSES / (PRIOR_SUCCESSES + PRIOR_FAILURES)
     rate = _rate(item)
-    usage = 1 - 0.5 ** (item.success_count / USAGE_HALF_USES)
     decay = max(DECAY_FLOOR, 0.5 ** (_age_days(item, now) / HALF_LIFE_DAYS))
-    score = decay * (rate + USAGE_BONUS * usage * (1 - rate))
-    return dict(rate=rate, usage=usage, decay=decay, utility=min(1.0, max(0.0, score)))
+    evidence = prior + decay * (rate - prior)
+    usage = 1 - 0.5 ** (item.success_count / USAGE_HALF_USES)
+    score = evidence + USAGE_BONUS * decay * usage * (1 - evidence)
+    return dict(rate=rate, decay=decay, evidence=evidence, usage=usage, utility=min(1.0, score))
 
-# %% ../nbs/16_lifecycle.ipynb #0028ea75
+# %% ../nbs/16_lifecycle.ipynb #da8ea6ea
 def utility(
     item: MemoryItem,  # the memory to score
     now=None,  # when: a datetime (naive = UTC), an ISO-8601 string, or None for the current time
 ) -> float:
-    """How useful `item` has been lately, in [0, 1]: smoothed success-after-use rate x recency
-    decay, plus a small bonus for successful use (see the module's constants)."""
+    """How useful `item` has been lately, in [0, 1): its smoothed success-after-use rate, whose
+    distance from the neutral prior (0.5) fades with idle time, plus a small bonus for successful
+    use (see the module's constants)."""
     if not isinstance(item, MemoryItem):
         raise TypeError(f"utility: item must be a MemoryItem, got {type(item).__name__}")
     return _parts(item, _as_now(now))["utility"]

@@ -17,13 +17,27 @@ def _item(s=0, f=0, last=None, created=T0, **kw):
                       use_count=s + f, created_at=created, last_used_at=last, **kw)
 
 
-def test_utility_never_used_is_neutral_prior_then_decays():
+def test_utility_never_used_is_the_neutral_prior_at_any_age():
     m = _item()
     prior = lc.PRIOR_SUCCESSES / (lc.PRIOR_SUCCESSES + lc.PRIOR_FAILURES)
-    ft.test_close(utility(m, now=T0), prior, eps=1e-12)
+    for now in (T0, "2026-06-01", "2040-01-01"):
+        ft.test_close(utility(m, now=now), prior, eps=1e-12)
+
+
+def test_a_failing_memory_never_outranks_an_untested_one():
+    "The ranking engineer's case: 0 of 3 today vs never used, written a year ago."
+    failing = _item(0, 3, last="2026-06-01T00:00:00Z")
+    for created in ("2026-05-31T00:00:00Z", "2025-06-01T00:00:00Z", "2020-01-01T00:00:00Z"):
+        assert utility(failing, now="2026-06-01") < utility(_item(created=created), now="2026-06-01")
+
+
+def test_evidence_halves_every_half_life():
+    prior = lc.PRIOR_SUCCESSES / (lc.PRIOR_SUCCESSES + lc.PRIOR_FAILURES)
+    m = _item(0, 2, last=T0)  # no success: no usage bonus, the score is the decayed evidence
+    d0 = utility(m, now=T0) - prior
     later = datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(days=lc.HALF_LIFE_DAYS)
-    ft.test_close(utility(m, now=later), prior / 2, eps=1e-12)
-    assert utility(m, now="2040-01-01") > 0  # the floor: stale, not zero
+    ft.test_close(utility(m, now=later) - prior, d0 / 2, eps=1e-12)
+    ft.test_close(utility(m, now="2040-01-01") - prior, d0 * lc.DECAY_FLOOR, eps=1e-12)
 
 
 @pytest.mark.parametrize("f", [0, 1, 5, 50])
@@ -38,13 +52,17 @@ def test_utility_decreases_with_failures(s):
     assert all(a > b for a, b in zip(us, us[1:])), us
 
 
-def test_utility_decreases_with_idle_time_and_uses_last_use():
-    m = _item(3, 1, last="2026-06-01T00:00:00Z")
-    days = [utility(m, now=f"2026-{mo:02d}-15") for mo in range(6, 13)]
-    assert all(a > b for a, b in zip(days, days[1:])), days
-    # decay counts from the last use, not from creation
-    ft.test_close(utility(m, now="2026-06-01"), utility(_item(3, 1, created="2026-06-01T00:00:00Z"),
-                                                         now="2026-06-01"), eps=1e-12)
+@pytest.mark.parametrize("s,f", [(3, 1), (10, 0), (1, 0), (0, 4), (1, 5), (20, 30)])
+def test_utility_moves_toward_the_prior_with_idle_time_and_counts_from_last_use(s, f):
+    prior = lc.PRIOR_SUCCESSES / (lc.PRIOR_SUCCESSES + lc.PRIOR_FAILURES)
+    m = _item(s, f, last="2026-06-01T00:00:00Z")
+    us = [utility(m, now=f"2026-{mo:02d}-15") for mo in range(6, 13)] + [utility(m, now="2031-01-01")]
+    gaps = [abs(u - prior) for u in us]
+    assert all(a > b for a, b in zip(gaps, gaps[1:])), us  # strictly closer to the prior
+    assert len({u > prior for u in us}) == 1, us  # never crosses it
+    # idle time counts from the last use, not from creation
+    ft.test_close(utility(m, now="2026-06-01"),
+                  utility(_item(s, f, created="2026-06-01T00:00:00Z"), now="2026-06-01"), eps=1e-12)
 
 
 def test_utility_bounded_and_accepts_datetimes():
@@ -57,8 +75,8 @@ def test_utility_bounded_and_accepts_datetimes():
 
 def test_utility_real_bootstrap_pack():
     pack = bootstrap_general_strategies()
-    us = [utility(m, now="2025-01-01T00:00:00Z") for m in pack]
-    ft.test_eq(set(us), {0.5})  # fresh and never used: all neutral
+    for now in ("2025-01-01T00:00:00Z", "2027-01-01"):
+        ft.test_eq({utility(m, now=now) for m in pack}, {0.5})  # never used: all neutral
     helped = pack[0]
     helped.success_count, helped.use_count = 3, 3
     assert utility(helped, now="2025-01-01") > utility(pack[1], now="2025-01-01")
@@ -191,6 +209,8 @@ def _history_bank(store):
         store.record_outcome([ids["Pattern-Based Entity Search"]], False, when="2025-05-20T00:00:00+00:00")
     for _ in range(3):
         store.record_outcome([ids["Find Subclasses Using GraphMeta"]], True, when="2025-05-25T00:00:00+00:00")
+    for ok in (True, False, False, False):  # 1 of 4: weak, not harmful
+        store.record_outcome([ids["Navigate Class Hierarchy from Roots"]], ok, when="2025-05-22T00:00:00+00:00")
     store.record_access([m.id for m in store if m.domain == "general"], when="2025-05-28T00:00:00+00:00")
     return ids
 
@@ -207,7 +227,7 @@ def disk_bank(tmp_path):
 def test_prune_dry_run_writes_nothing(disk_bank):
     s, ids, path = disk_bank
     before, n_events = _content_hash(path), len(s.events())
-    for kw in (dict(min_utility=0.2), dict(max_items=2), dict(older_than=timedelta(days=3)),
+    for kw in (dict(min_utility=0.4), dict(max_items=2), dict(older_than=timedelta(days=3)),
                dict(older_than=0, domain="general"), dict(min_utility=1.0, max_items=0)):
         r = s.prune(now=NOW, **kw)
         assert isinstance(r, PruneReport) and r.dry_run and r.archived == [], kw
@@ -215,17 +235,19 @@ def test_prune_dry_run_writes_nothing(disk_bank):
     ft.test_eq(_content_hash(path), before)
     ft.test_eq(len(s.events()), n_events)
     with MemoryStore(path, readonly=True) as ro:  # a dry run works on a read-only store
-        ft.test_eq(len(ro.prune(min_utility=0.2, now=NOW).candidates), 6)
+        ft.test_eq(len(ro.prune(min_utility=0.4, older_than=90, now=NOW).candidates), 6)
     ft.test_eq(_content_hash(path), before)
 
 
 def test_prune_archives_harmful_first_then_restore(disk_bank):
     s, ids, path = disk_bank
     harmful = ids["Pattern-Based Entity Search"]
-    dry = s.prune(min_utility=0.2, now=NOW)
+    dry = s.prune(min_utility=0.4, older_than=90, now=NOW)
     ft.test_eq(dry.candidates[0]["id"], harmful)
     ft.test_eq([c["rule"] for c in dry.candidates], sorted(c["rule"] for c in dry.candidates))
-    done = s.prune(dry_run=False, min_utility=0.2, now=NOW, by="tester")
+    ft.test_eq([c["rule"] for c in dry.candidates], [1, 2, 3, 3, 3, 3])
+    ft.test_eq(dry.candidates[1]["id"], ids["Navigate Class Hierarchy from Roots"])
+    done = s.prune(dry_run=False, min_utility=0.4, older_than=90, now=NOW, by="tester")
     ft.test_eq(done.archived, [c["id"] for c in dry.candidates])
     ft.test_eq(done.archived[0], harmful)
     got = s.get(harmful)
@@ -274,8 +296,9 @@ def test_prune_older_than_days_or_timedelta(disk_bank):
     b = s.prune(older_than=timedelta(days=30), now=NOW)
     ft.test_eq(a.candidates, b.candidates)
     stale = {c["id"] for c in a.candidates if c["rule"] == 3}
-    ft.test_eq(stale, {m.id for m in s if m.domain == "ontology"} - {ids["Find Subclasses Using GraphMeta"],
-                                                                       ids["Pattern-Based Entity Search"]})
+    recent = {ids[t] for t in ("Find Subclasses Using GraphMeta", "Pattern-Based Entity Search",
+                               "Navigate Class Hierarchy from Roots")}
+    ft.test_eq(stale, {m.id for m in s if m.domain == "ontology"} - recent)
     ft.test_eq(s.prune(older_than=1000, now=NOW).candidates[0]["rule"], 1)  # harmful always first
     ft.test_eq(len(s.prune(older_than=1000, now=NOW).candidates), 1)
 
