@@ -766,25 +766,31 @@ def _validate_batch(items: list):
         except MemoryValidationError as e:
             raise MemoryValidationError(e.field, f"{str(e).split(': ', 1)[1]} (item {i})") from None
 
-# %% ../nbs/02_store.ipynb #7d1db7fb
+# %% ../nbs/02_store.ipynb #6bf69f40
 @patch
 def add_many(self: MemoryStore, items) -> dict:
     """Store many items in one transaction (all or nothing); returns counts of
     added/confirmed/unchanged (and `held`, when some were)."""
     items = list(items)
     _validate_batch(items)
-    counts = dict(added=0, confirmed=0, unchanged=0, held=0)
     with self._write() as c:
-        rev = int(c.execute("SELECT value FROM meta WHERE key='rev'").fetchone()[0])
-        revs = itertools.count(rev + 1)  # one revision per added or confirmed item
-        outcomes = [(it, self._insert(c, it, revs.__next__)) for it in items]
-        for _, st in outcomes:
-            counts[st] += 1
-        c.execute("UPDATE meta SET value=? WHERE key='rev'", (str(next(revs) - 1),))
-        self._check_budget(c, _active_added(outcomes))
-        if not counts["held"]:
-            del counts["held"]
-        self._log_batch(c, outcomes, counts)
+        return self._add_batch(c, items)
+
+
+@patch
+def _add_batch(self: MemoryStore, c, items: list) -> dict:
+    "`add_many`'s work inside a write transaction: insert or confirm, cap, one event; the counts."
+    counts = dict(added=0, confirmed=0, unchanged=0, held=0)
+    rev = int(c.execute("SELECT value FROM meta WHERE key='rev'").fetchone()[0])
+    revs = itertools.count(rev + 1)  # one revision per added or confirmed item
+    outcomes = [(it, self._insert(c, it, revs.__next__)) for it in items]
+    for _, st in outcomes:
+        counts[st] += 1
+    c.execute("UPDATE meta SET value=? WHERE key='rev'", (str(next(revs) - 1),))
+    self._check_budget(c, _active_added(outcomes))
+    if not counts["held"]:
+        del counts["held"]
+    self._log_batch(c, outcomes, counts)
     return counts
 
 
@@ -1262,12 +1268,100 @@ def read_memory_file(path) -> list[MemoryItem]:
             raise StoreImportError(f"{path}: {where}: {e}") from None
     return items
 
-# %% ../nbs/02_store.ipynb #d8fe42ef
+# %% ../nbs/02_store.ipynb #0f47cd4f
 @patch
-def import_file(self: MemoryStore, path) -> dict:
+def import_file(
+    self: MemoryStore,
+    path,  # a .json (list) or .jsonl file, e.g. an edited export
+    update: bool = False,  # rewrite the text of the stored memories the file names by id
+    by: str | None = None,  # who imports (recorded on updates; default: the OS user)
+) -> dict:
     """Import a .json or .jsonl file in one transaction (all or nothing); returns
-    added/confirmed/unchanged counts."""
-    return self.add_many(read_memory_file(path))
+    added/confirmed/unchanged (/held) counts, and `updated` with `update=True`."""
+    items = read_memory_file(path)  # StoreImportError before anything is written
+    if not update:
+        try:
+            return self.add_many(items)
+        except StoreConflictError as e:
+            raise StoreConflictError(
+                f"{path}: {e}; nothing was imported (import with update=True, CLI --update, "
+                "to rewrite stored memories from the file)"
+            ) from None
+    _check_unique_ids(path, items)
+    by = _who(by)
+    with self._write() as c:
+        rest, updated, same = self._import_updates(c, items, by, Path(path))
+        counts = self._add_batch(c, rest)
+    return dict(counts, updated=updated, unchanged=counts["unchanged"] + same)
+
+# %% ../nbs/02_store.ipynb #b0bfa428
+_TEXT_FIELDS = ("title", "description", "content", "tags", "task_query", "domain", "source_type")
+
+
+def _check_unique_ids(path, items: list):
+    "Raise `StoreImportError` if two items of the file share an id (which one should win?)."
+    seen = set()
+    for i, it in enumerate(items):
+        if it.id in seen:
+            raise StoreImportError(
+                f"{path}: item {i}: id {it.id!r} appears twice; nothing was imported"
+            )
+        seen.add(it.id)
+
+
+def _edited(old: MemoryItem, it: MemoryItem) -> MemoryItem | None:
+    "`old` with the text fields of `it` and its previous version in `lineage`; None if unchanged."
+    changes = {k: getattr(it, k) for k in _TEXT_FIELDS if getattr(it, k) != getattr(old, k)}
+    if not changes:
+        return None
+    from procmem.gates import _version  # the one shape of a lineage entry (gates import the store)
+
+    return dataclasses.replace(old, **changes).add_lineage(dict(_version(old), why="import"))
+
+# %% ../nbs/02_store.ipynb #3200bd83
+@patch
+def _import_updates(self: MemoryStore, c, items: list, by: str, path: Path) -> tuple:
+    """Rewrite the stored memories `items` name (text only) inside a write transaction; returns
+    (items to add, updated, unchanged)."""
+    rest, updated, same, moved = [], 0, 0, {}
+    for i, it in enumerate(items):
+        row = c.execute("SELECT data, rev FROM memories WHERE id=?", (it.id,)).fetchone()
+        if row is None:
+            rest.append(it)
+            continue
+        old = self._load_strict(it.id, row[0])
+        new = _edited_or_raise(path, i, old, it)
+        if new is None:
+            same += 1
+            continue
+        self._rewrite_imported(c, path, i, (old, row[1], new), by)
+        updated += 1
+        if new.status == "active" and new.domain != old.domain:
+            moved[new.domain] = moved.get(new.domain, 0) + 1
+    self._check_budget(c, moved)
+    return rest, updated, same
+
+
+def _edited_or_raise(path, i: int, old: MemoryItem, it: MemoryItem) -> MemoryItem | None:
+    "`_edited`, a refused version naming the file and item (`StoreImportError`)."
+    try:
+        return _edited(old, it)
+    except MemoryValidationError as e:
+        raise StoreImportError(
+            f"{path}: item {i} (id {it.id!r}): {e}; nothing was imported"
+        ) from None
+
+
+@patch
+def _rewrite_imported(self: MemoryStore, c, path, i: int, change: tuple, by: str):
+    "`_rewrite` for item `i` of an import, a clash with another memory's text naming the item."
+    old, rev, new = change
+    try:
+        self._rewrite(c, old, rev, new, "update", by=by, via="import", file=str(path))
+    except StoreConflictError as e:
+        raise StoreConflictError(
+            f"{path}: item {i} (id {new.id!r}): {e}; nothing was imported"
+        ) from None
 
 # %% ../nbs/02_store.ipynb #252a48eb
 @patch(cls_method=True)
