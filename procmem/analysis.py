@@ -202,7 +202,7 @@ def _expanded(df):
     )
     return pd.concat([df, extra], axis=1)
 
-# %% ../nbs/17_analysis.ipynb #f5131d05
+# %% ../nbs/17_analysis.ipynb #4df196f0
 RUN_COLUMNS = {  # runs_df(): column -> dtype
     "type": "string",  # "loop" (run_with_memory) or "learn" (learn_from_trajectory)
     "task": "string",
@@ -217,8 +217,10 @@ RUN_COLUMNS = {  # runs_df(): column -> dtype
     "steps": "int64",  # steps in the trajectory
     "input_tokens": "int64",
     "output_tokens": "int64",
-    "tokens": "int64",  # input + output
+    "tokens": "int64",  # input + output (procmem's judge and extractor)
     "cost_usd": "float64",  # NaN when a model's price is unknown
+    "agent_tokens": "float64",  # what the agent reported; NaN: nothing
+    "agent_cost_usd": "float64",
     "retrieve_ms": "float64",
     "agent_ms": "float64",
     "judge_ms": "float64",
@@ -259,7 +261,7 @@ def _timing_part(timings: dict) -> dict:
         for k in ("retrieve", "agent", "judge", "extract", "gates", "total", "overhead")
     }
 
-# %% ../nbs/17_analysis.ipynb #3e1daf1f
+# %% ../nbs/17_analysis.ipynb #360b3139
 _NOT_JUDGED = dict(
     stored_ids=[], n_stored=0, input_tokens=0, output_tokens=0, tokens=0, cost_usd=0.0
 )
@@ -267,7 +269,10 @@ _NOT_JUDGED = dict(
 
 def _run_row(r) -> dict:
     "One `runs_df` row for a LoopResult or LearnResult."
-    timings = _timing_part(r.timings)
+    from procmem.eval import _usage_of  # the agent's usage, read as the A/B harness reads it
+
+    tok, cost = _usage_of(r.trajectory)
+    timings = dict(_timing_part(r.timings), agent_tokens=tok, agent_cost_usd=cost)
     if isinstance(r, LearnResult):
         return dict(
             type="learn",
@@ -310,7 +315,7 @@ def runs_df(results):
             )
     return _typed([_run_row(r) for r in results], RUN_COLUMNS)
 
-# %% ../nbs/17_analysis.ipynb #6a8412da
+# %% ../nbs/17_analysis.ipynb #6d5025f4
 def _say_empty(fig, ax, text: str):
     "A figure with only `text` in it (nothing to draw)."
     ax.set_axis_off()
@@ -324,6 +329,25 @@ def _whole_numbers(*axes):
 
     for axis in axes:
         axis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _items_frame(bank, where: str, need: tuple, **to_df):
+    """`bank` as a `to_df` frame: a MemoryStore read with `to_df(**to_df)`, or a frame given (e.g. a
+    filtered `store.to_df()`), which must have the columns `need`."""
+    pd = _pd()
+    if isinstance(bank, MemoryStore):
+        return bank.to_df(**to_df)
+    if not isinstance(bank, pd.DataFrame):
+        raise TypeError(
+            f"{where}: expected a MemoryStore or a frame of store.to_df(), got"
+            f" {type(bank).__name__}"
+        )
+    missing = [c for c in need if c not in bank.columns]
+    if missing:
+        raise ValueError(
+            f"{where}: the frame has no column {', '.join(missing)}; pass store.to_df()"
+        )
+    return bank
 
 
 def _present(values, order) -> list:
@@ -397,7 +421,7 @@ def plot_growth(store: MemoryStore):
     "Active memories over time by source type (a matplotlib Figure)."
     return _growth_figure(store.to_df(), _left_at(store))
 
-# %% ../nbs/17_analysis.ipynb #a661d2f4
+# %% ../nbs/17_analysis.ipynb #bbced6ae
 UTILITY_BINS = 10  # bins of the utility histogram over [0, 1]
 
 
@@ -416,11 +440,14 @@ def _utility_figure(df):
     return fig
 
 
-def plot_utility(store: MemoryStore, now=None):  # `now`: the time utility is computed at
+def plot_utility(
+    store,  # a MemoryStore, or a frame of its `to_df()`
+    now=None,  # the time utility is computed at (a store only)
+):
     "A histogram of memory utility, stacked by status (a matplotlib Figure)."
-    return _utility_figure(store.to_df(now=now))
+    return _utility_figure(_items_frame(store, "plot_utility", ("status", "utility"), now=now))
 
-# %% ../nbs/17_analysis.ipynb #6cd3a00f
+# %% ../nbs/17_analysis.ipynb #8a3466cf
 USAGE_COLUMNS = ("retrieved", "injected", "uses")  # the to_df columns plot_usage shows
 
 
@@ -431,8 +458,8 @@ def _count_bins(top: int) -> list:
     return [-0.5 + i * (top + 1) / 20 for i in range(21)]
 
 
-def _usage_figure(df):
-    "One histogram per usage counter of a `to_df` frame (active memories)."
+def _usage_figure(df, which: str = "active "):
+    "One histogram per usage counter of a `to_df` frame (`which`: the rows' description)."
     fig, axes = _new_figure(ncols=len(USAGE_COLUMNS), width=9.6, height=3.2)
     if df.empty:
         _ = [ax.set_axis_off() for ax in axes[1:]]
@@ -442,13 +469,16 @@ def _usage_figure(df):
         ax.hist(values, bins=_count_bins(int(values.max())), edgecolor="white")
         ax.set(title=f"{col} ({int((values == 0).sum())} never)", xlabel="times", ylabel="memories")
         _whole_numbers(ax.xaxis, ax.yaxis)
-    fig.suptitle(f"Usage of {len(df)} active memories")
+    fig.suptitle(f"Usage of {len(df)} {which}memories")
     return fig
 
 
-def plot_usage(store: MemoryStore):
-    "Histograms of how often active memories were retrieved, injected and used (a Figure)."
-    return _usage_figure(store.to_df(status="active"))
+def plot_usage(
+    store,
+):  # a MemoryStore (its active memories), or a frame of its `to_df()` (its rows)
+    "Histograms of how often memories were retrieved, injected and used (a Figure)."
+    df = _items_frame(store, "plot_usage", USAGE_COLUMNS, status="active")
+    return _usage_figure(df, "active " if isinstance(store, MemoryStore) else "")
 
 # %% ../nbs/17_analysis.ipynb #88a6fb59
 SCORE_BINS = 20  # bins of the retrieval score histogram over [0, 1]

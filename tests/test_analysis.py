@@ -291,3 +291,13 @@ def test_write_report_with_ab(ro, tmp_path):
     assert paths["ab"].read_bytes()[:8] == PNG
     md = paths["report"].read_text(encoding="utf-8")
     assert "## A/B comparison" in md and "| memory | 20 | 0.600 |" in md
+
+
+def test_plots_take_a_filtered_frame(ro):
+    df = ro.to_df()
+    for domain in sorted(set(df.domain)):
+        sub = df[df.domain == domain]
+        ax = plot_utility(sub).axes[0]
+        assert sum(p.get_height() for p in ax.patches) == len(sub)
+        assert [sum(p.get_height() for p in a.patches) for a in plot_usage(sub).axes] == [len(sub)] * 3
+    ft.test_fail(lambda: plot_utility(df[["id", "status"]]), contains="plot_utility: the frame has no column utility")
