@@ -45,21 +45,37 @@ def _same_line(a: str, wa: frozenset, b: str, wb: frozenset) -> bool:
         return jaccard(list(wa), list(wb)) >= BULLET_DUPLICATE
     return normalize_text(_MARKER.sub("", a)) == normalize_text(_MARKER.sub("", b))
 
-# %% ../nbs/16b_editing.ipynb #dbd15dba
+# %% ../nbs/16b_editing.ipynb #a421a06e
+def _restyled(line: str, numbered: bool, bullet: str | None, n: int) -> str:
+    "A line from another item in the first item's list style (number `n`, or its bullet)."
+    if not _MARKER.match(line):
+        return line.strip()  # a heading or prose line: as it is
+    text = _MARKER.sub("", line).strip()
+    return f"{n}. {text}" if numbered else f"{bullet}{text}" if bullet else line.strip()
+
+
+def _list_style(lines: list) -> tuple[bool, str | None]:
+    "(whether the lines hold a numbered list, the bullet they use otherwise, e.g. '- ')."
+    if any(_NUMBERED.match(ln) for ln in lines):
+        return True, None
+    marks = [_MARKER.match(ln) for ln in lines]
+    return False, next((m.group(0).lstrip() for m in marks if m), None)
+
+# %% ../nbs/16b_editing.ipynb #035a331f
 def _united_content(contents: list[str]) -> tuple[str, set]:
-    """(the lines of `contents[0]`, then each distinct line of the others, numbered lists numbered
-    on; the indexes of the contents that gave a line)."""
+    """(the lines of `contents[0]`, then each distinct line of the others in its list style; the
+    indexes of the contents that gave a line)."""
     first = [ln for ln in contents[0].splitlines() if ln.strip()]
     kept, gave = [(ln, _line_words(ln)) for ln in first], {0}
-    numbered = bool(first) and all(_NUMBERED.match(ln) for ln in first)
+    numbered, bullet = _list_style(first)
+    n = sum(bool(_NUMBERED.match(ln)) for ln in first)
     for i, text in enumerate(contents[1:], 1):
         for ln in text.splitlines():
             w = _line_words(ln)
             if not ln.strip() or any(_same_line(ln, w, k, kw) for k, kw in kept):
                 continue
-            if numbered:
-                ln = f"{len(kept) + 1}. {_MARKER.sub('', ln).strip()}"
-            kept.append((ln, w))
+            n += 1 if numbered and _MARKER.match(ln) else 0
+            kept.append((_restyled(ln, numbered, bullet, n), w))
             gave.add(i)
     return "\n".join(ln for ln, _ in kept), gave
 

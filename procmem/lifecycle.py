@@ -334,7 +334,22 @@ def to_df(self: PruneReport):
     ]
     return pd.DataFrame(rows, columns=list(_PRUNE_COLUMNS))
 
-# %% ../nbs/16_lifecycle.ipynb #025c11d0
+# %% ../nbs/16_lifecycle.ipynb #f14863a4
+def _archive_candidates(store: MemoryStore, cands: list, by: str) -> list[MemoryItem]:
+    """`store.archive` of the candidates, each with its reason, in one call; a memory deleted by
+    another process since the candidates were read is left out (one retry)."""
+    for attempt in (1, 2):
+        ids = [c["id"] for c in cands if c["id"] in store]
+        try:
+            return store.archive(
+                ids, {c["id"]: c["reason"] for c in cands if c["id"] in ids}, by=by
+            )
+        except MemoryNotFoundError:
+            if attempt == 2:
+                raise
+    return []
+
+# %% ../nbs/16_lifecycle.ipynb #f19c0ea5
 @patch
 def prune(
     self: MemoryStore,
@@ -353,8 +368,7 @@ def prune(
     cands, n = _prune_candidates(self.items(), args, when)
     report = PruneReport(cands, [], bool(dry_run), args, n)
     if not dry_run and cands:
-        done = self.archive([c["id"] for c in cands], {c["id"]: c["reason"] for c in cands}, by=who)
-        report.archived = [m.id for m in done]
+        report.archived = [m.id for m in _archive_candidates(self, cands, who)]
     return report
 
 # %% ../nbs/16_lifecycle.ipynb #217d0571
