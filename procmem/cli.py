@@ -220,18 +220,11 @@ def _add_min_confirmations(c) -> None:
         ),
     )
 
-# %% ../nbs/13_cli.ipynb #18e478ff
+# %% ../nbs/13_cli.ipynb #b4b34e58
 def _add_inspection(cmd) -> None:
     "`show`, `list`, `stats`, `export`, `import`, `bootstrap`, `validate`, `repair`."
     cmd("show", "print one memory as JSON").add_argument("id", help="the exact id")
-    l = cmd("list", "one line per memory: id, source type, domain, title")
-    l.add_argument("--limit", type=_count, metavar="N", help="show at most N")
-    l.add_argument(
-        "--quarantined",
-        action="store_true",
-        help="list the quarantined memories (never used) with the reasons they were held back",
-    )
-    l.add_argument("--json", action="store_true")
+    _add_list(cmd)
     q = cmd("quarantine", "hold memories back for review: kept, never searched or injected")
     q.add_argument("ids", nargs="+", metavar="ID", help="the exact ids")
     q.add_argument("--reason", required=True, help="why they must not be used (required)")
@@ -255,10 +248,45 @@ def _add_inspection(cmd) -> None:
     )
     i.add_argument("file")
     _add_trust(i, "untrusted")
+    i.add_argument(
+        "--update",
+        action="store_true",
+        help=(
+            "an edited export: rewrite the stored memories whose ids FILE names with its title,"
+            " description, content, tags, domain and source type, checked like `procmem edit`"
+        ),
+    )
     i.add_argument("--json", action="store_true", help="print what happened to each item as JSON")
     cmd("bootstrap", "add the 7 general strategies (again: adds nothing)")
     cmd("validate", "check the store's integrity without changing it; exit 1 if there are problems")
     cmd("repair", "move a damaged store aside and salvage every readable memory into a fresh store")
+
+
+def _add_list(cmd) -> None:
+    "`list`: which memories (status, domain, source type), in which order, how many."
+    from procmem.cli_manage import SORT_KEYS
+
+    l = cmd("list", "one line per memory: id, source type, domain, title")
+    l.add_argument("--limit", type=_count, metavar="N", help="show at most N")
+    which = l.add_mutually_exclusive_group()
+    which.add_argument(
+        "--quarantined",
+        action="store_true",
+        help="list the quarantined memories (never used) with the reasons they were held back",
+    )
+    which.add_argument(
+        "--archived",
+        action="store_true",
+        help="list the archived memories (rm, prune, merge) with the reasons",
+    )
+    l.add_argument("--domain", help="only this domain")
+    l.add_argument("--source-type", choices=SOURCE_TYPES, help="only this source type")
+    l.add_argument(
+        "--sort",
+        choices=SORT_KEYS,
+        help="order by this, shown first (numbers highest first, created newest first)",
+    )
+    l.add_argument("--json", action="store_true")
 
 
 _LEARNING = dict(
@@ -339,7 +367,14 @@ def _cap(args) -> int | None:
     n = getattr(args, "max_active_per_domain", None)
     return DEFAULT_MAX_ACTIVE_PER_DOMAIN if n is None else n or None
 
-# %% ../nbs/13_cli.ipynb #2c682889
+# %% ../nbs/13_cli.ipynb #c4bfc265
+def _manage():
+    "`procmem.cli_manage`, imported on first use (it imports this module)."
+    from procmem import cli_manage
+
+    return cli_manage
+
+# %% ../nbs/13_cli.ipynb #ecaac696
 def build_parser() -> argparse.ArgumentParser:
     "The `procmem` argument parser: a global --store and one subcommand per action."
     p = _Parser(
@@ -375,7 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
     def cmd(name, help):
         return sub.add_parser(name, help=help, description=help, parents=[late])
 
-    for add in (_add_add, _add_search, _add_inspection, _add_learning):
+    for add in (_add_add, _add_search, _add_inspection, _add_learning, _manage().add_parsers):
         add(cmd)
     return p
 
@@ -545,39 +580,56 @@ def _cmd_show(args) -> int:
     _print_json(item.to_dict())
     return 0
 
-# %% ../nbs/13_cli.ipynb #520118f8
+# %% ../nbs/13_cli.ipynb #2a7a6690
 def _cmd_list(args) -> int:
-    """`procmem list`: one aligned line per active memory (id, source type, domain, title), or with
-    `--quarantined` the quarantined ones and their reasons; or a JSON list."""
-    status = "quarantined" if args.quarantined else "active"
+    """`procmem list`: one aligned line per memory (id, source type, domain, title) of a status
+    (active; --quarantined or --archived with their reasons), filtered and sorted; or JSON."""
+    manage = _manage()
+    status = manage._list_status(args)
     with open_store(args.store, readonly=True) as store:
-        items = list(islice(store.items(status), args.limit))
-        total = store.count(status) - len(store.bad_rows)
-        held = 0 if args.quarantined else store.count("quarantined")
+        items, total = manage._list_items(store, args)
+        filtered = args.domain is not None or args.source_type is not None
+        others = ("quarantined", "archived") if status == "active" and not filtered else ()
+        hidden = {s: store.count(s) for s in others}
     if args.json:
         _print_json([m.to_dict() for m in items])
         return 0
-    if not total:
-        print("No quarantined memories." if args.quarantined else "No memories.")
-    _print_rows(items, args.quarantined)
-    if len(items) < total:
-        one = "quarantined memory" if args.quarantined else "memory"
-        n = _plural(total, one, one.replace("memory", "memories"))
-        print(f"({len(items)} of {n} shown; raise --limit to see more)")
-    if held:
-        n = _plural(held, "quarantined memory", "quarantined memories")
-        print(f"({n} not listed: procmem list --quarantined)")
+    _print_list(items, total, status, args, hidden)
     return 0
 
 
-def _print_rows(items: list, reasons: bool) -> None:
-    "Aligned lines (id, source type, domain, title), each with its status reasons if `reasons`."
+def _print_list(items: list, total: int, status: str, args, hidden: dict) -> None:
+    "The rows, then how many were not shown and where the other statuses are listed."
+    if not total:
+        none = "No memories." if status == "active" else f"No {status} memories."
+        print("No memories match." if args.domain or args.source_type else none)
+    column = None
+    if args.sort not in (None, "title"):
+        column = (args.sort, [_manage()._shown_value(m, args.sort) for m in items])
+    _print_rows(items, status != "active", column)
+    if len(items) < total:
+        one = "memory" if status == "active" else f"{status} memory"
+        n = _plural(total, one, one.replace("memory", "memories"))
+        print(f"({len(items)} of {n} shown; raise --limit to see more)")
+    for s, n in hidden.items():
+        if n:
+            print(f"({_plural(n, f'{s} memory', f'{s} memories')} not listed: procmem list --{s})")
+
+
+def _print_rows(items: list, reasons: bool, column=None) -> None:
+    """Aligned lines (id, source type, domain, title), each with its status reasons if `reasons`;
+    `column` (name, values): shown first, under a header line."""
     rows = [
         (_one_line(m.id), m.source_type, _one_line(m.domain), _one_line(m.title)) for m in items
     ]
-    w = [max((len(r[i]) for r in rows), default=0) for i in range(3)]
+    head = [(column[0], "id", "source_type", "domain", "title")] if column else []
+    rows = [(v, *r) for v, r in zip(column[1], rows)] if column else rows
+    n = len(head[0]) if head else 4
+    w = [max((len(r[i]) for r in head + rows), default=0) for i in range(n - 1)]
+    for r in head:
+        print("  ".join(f"{c:<{wi}}" for c, wi in zip(r, w)) + "  " + r[-1])
     for r, m in zip(rows, items):
-        print(f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  {r[3]}")
+        print("  ".join(f"{c:<{wi}}" for c, wi in zip(r, w)) + "  " + r[-1])
         for why in m.status_reasons if reasons else ():
             print(f"    - {_one_line(why)}")
 
@@ -675,16 +727,18 @@ def _cmd_export(args) -> int:
     print(f"exported {_plural(n, 'memory', 'memories')} to {_one_line(out)}")
     return 0
 
-# %% ../nbs/13_cli.ipynb #98bc5299
+# %% ../nbs/13_cli.ipynb #cc519955
 def _precheck(store: MemoryStore, items: list) -> None:
     """Raise before anything is written if an id is given to two different memories (in the file or
     against the store), or if the new active items could exceed a domain's budget."""
     seen = {}
     for m in items:
-        old = seen.get(m.id) or (store.get(m.id) if m.id in store else None)
+        stored = m.id not in seen and m.id in store
+        old = seen.get(m.id) or (store.get(m.id) if stored else None)
         if old is not None and (old.fingerprint, old.source_type) != (m.fingerprint, m.source_type):
+            hint = " (import --update rewrites stored memories from an edited export)" * stored
             raise StoreConflictError(
-                f"id {m.id!r} already holds a different memory; nothing was written"
+                f"id {m.id!r} already holds a different memory; nothing was written{hint}"
             )
         seen[m.id] = old or m
     new = Counter(m.domain for m in items if m.status == "active" and m.id not in store)
@@ -697,7 +751,7 @@ def _precheck(store: MemoryStore, items: list) -> None:
                 f" (--max-active-per-domain): {n:,} new ones could exceed it; nothing was written"
             )
 
-# %% ../nbs/13_cli.ipynb #2f97c690
+# %% ../nbs/13_cli.ipynb #7f5f3c18
 def _import_all(store: MemoryStore, items: list, trust: str) -> list:
     "(item, what happened, id, why) per item; an error part-way names what was already done."
     done = []
@@ -713,6 +767,8 @@ def _import_all(store: MemoryStore, items: list, trust: str) -> list:
 
 
 _IMPORT_ORDER = (
+    "updated",
+    "refused",
     "added",
     "confirmed",
     "replaced",
@@ -737,14 +793,17 @@ def _print_import(done: list, as_json: bool) -> None:
     c = Counter(w for _, w, _, _ in done)
     print(", ".join(f"{w} {c[w]}" for w in _IMPORT_ORDER if c[w]) or "the file holds no memories")
 
-# %% ../nbs/13_cli.ipynb #da55ab32
+# %% ../nbs/13_cli.ipynb #dfab4d10
 def _cmd_import(args) -> int:
     """`procmem import FILE`: read and validate all of FILE, then gate each item like a learned one;
     one line per item and the counts."""
     items = read_memory_file(args.file)  # parses and validates all of it before the store is opened
+    manage = _manage()
     with open_store(args.store, max_active_per_domain=_cap(args)) as store:
+        updates, items = manage._split_updates(store, items) if args.update else ([], items)
         _precheck(store, items)
-        done = _import_all(store, items, args.trust)
+        done = manage._apply_updates(store, updates, args.trust, args.file)
+        done += _import_all(store, items, args.trust)
     _print_import(done, args.json)
     return 0
 
@@ -1138,7 +1197,7 @@ def _cmd_demo(args) -> int:
     )
     return 0
 
-# %% ../nbs/13_cli.ipynb #086b55ea
+# %% ../nbs/13_cli.ipynb #200a2b75
 _COMMANDS = dict(
     add=_cmd_add,
     release=_cmd_release,
@@ -1160,17 +1219,15 @@ _COMMANDS = dict(
 def _check_text_args(args) -> None:
     "Raise `UsageError` if a text argument (not a path) holds bytes that are not UTF-8."
     for k, v in vars(args).items():
-        if k in ("store", "file", "json_file", "paths"):
+        if k in ("store", "file", "json_file", "paths", "out"):
             continue
         for s in v if isinstance(v, list) else [v]:
             if isinstance(s, str):
                 try:
                     s.encode("utf-8")
                 except UnicodeEncodeError:
-                    raise UsageError(
-                        f"{'--' + k.replace('_', '-') if k not in ('query', 'id') else k} is not"
-                        " valid UTF-8 text"
-                    ) from None
+                    name = k if k in ("query", "id", "ids") else "--" + k.replace("_", "-")
+                    raise UsageError(f"{name} is not valid UTF-8 text") from None
 
 # %% ../nbs/13_cli.ipynb #b2b3839e
 def _quiet_broken_pipe() -> int:
@@ -1197,19 +1254,20 @@ def _say_warnings(caught) -> None:
             " them",
         )
 
-# %% ../nbs/13_cli.ipynb #ed1dced8
+# %% ../nbs/13_cli.ipynb #2b3f15f5
 def _run(argv) -> int:
     "Parse `argv` and run the command, its warnings printed as one line each."
     args = build_parser().parse_args(argv)
+    commands = {**_manage().COMMANDS, **_COMMANDS}
     if args.command is None:
         raise UsageError(
-            f"missing command; use one of {', '.join(sorted(_COMMANDS))} (procmem --help)"
+            f"missing command; use one of {', '.join(sorted(commands))} (procmem --help)"
         )
     _check_text_args(args)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            code = _COMMANDS[args.command](args)
+            code = commands[args.command](args)
         finally:
             _say_warnings(caught)
     sys.stdout.flush()
@@ -1245,8 +1303,12 @@ def main(argv=None) -> int:
         _say("internal error", f"{type(e).__name__}: {e}")
         return 1
 
-# %% ../nbs/13_cli.ipynb #e45eec5e
+# %% ../nbs/13_cli.ipynb #49a235b9
 #| eval: false
 # Running `python -m procmem.cli`. Not run in the notebook, where __name__ is also "__main__".
+# It runs `procmem.cli.main`, not this `__main__` copy of the module: the commands of
+# procmem.cli_manage raise procmem.cli's `UsageError`, which this copy's `main` would not catch.
 if __name__ == "__main__":
-    sys.exit(main())
+    from procmem.cli import main as _main
+
+    sys.exit(_main())
