@@ -13,7 +13,7 @@ except ImportError: sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import anthropic, httpx
 from procmem.core import MemoryItem
 from procmem.store import MemoryStore
-from procmem.judge import Judgment
+from procmem.judge import Judgment, judge_trajectory
 from procmem.llm import AnthropicLLM, LLMError
 from procmem.loop import run_with_memory
 
@@ -247,3 +247,114 @@ def test_a_custom_extractor_gets_the_artifact_and_the_default_the_run(store, mon
     monkeypatch.setattr(loop, "extract_memories", spy)  # the loop's default is recognised by identity
     loop.learn_from_trajectory(good_agent(TASK, ""), store, judge=ok, extractor=spy)
     assert seen == [TrajectoryArtifact.__name__, Trajectory.__name__]
+
+
+# ------------------------------------------------------------------ issue 9: counters, demotion, read-only
+
+def failed_judge(artifact, llm=None): return Judgment(False, "the total was never checked", 0.9, failure_class="intrinsic")
+def ok_judge(artifact, llm=None): return Judgment(True, "the total is in the last observation", 0.9)
+def no_lessons(run, judgment, llm=None, domain=None): return []
+
+
+def full_counters(store, ids):
+    return [(store.get(i).access_count, store.get(i).injected_count, store.get(i).success_count,
+             store.get(i).failure_count) for i in ids]
+
+
+def test_retrieved_injected_and_outcome_counters_move_separately(store):
+    "retrieved = access_count (what retrieval returned), injected = injected_count (what the block showed)."
+    ids = [m.id for m in store]
+    big = run_with_memory(TASK, good_agent, store, judge=ok_judge, extractor=no_lessons, k=2, budget_chars=5000)
+    assert sorted(m.id for m in big.injected) == sorted(ids)
+    assert full_counters(store, ids) == [(1, 1, 1, 0)] * 2
+    # a block that fits only one of the two retrieved memories: both retrieved, one injected and blamed
+    from procmem.inject import format_memories_for_injection
+    one = min(len(format_memories_for_injection([m])) for m in store)
+    assert len(format_memories_for_injection(list(store))) > one + 1
+    small = run_with_memory(TASK, good_agent, store, judge=failed_judge, extractor=no_lessons, k=2, budget_chars=one + 1)
+    assert len(small.injected) == 1, small.memory_block
+    shown = small.injected[0].id
+    other = next(i for i in ids if i != shown)
+    assert full_counters(store, [shown, other]) == [(2, 2, 1, 1), (2, 1, 1, 0)]
+    inject_events = store.events(kind="inject")
+    assert [sorted(e["ids"]) for e in inject_events] == [sorted(ids), [shown]]
+
+
+def test_memory_off_and_learn_off_count_what_they_should(store):
+    ids = [m.id for m in store]
+    run_with_memory(TASK, good_agent, store, memory=False, judge=failed_judge)  # the A/B control arm
+    assert full_counters(store, ids) == [(0, 0, 0, 0)] * 2
+    r = run_with_memory(TASK, good_agent, store, learn=False)  # shown, but nothing judged
+    assert r.injected and r.demoted == []
+    assert sorted(full_counters(store, [m.id for m in r.injected])) == [(1, 1, 0, 0)] * len(r.injected)
+
+
+@pytest.mark.parametrize("agent, judge, why", [
+    (crashing_agent, judge_trajectory, "harness crash"),
+    (good_agent, judge_trajectory, "abstained"),
+    (good_agent, lambda a, llm=None: Judgment(False, "rate limited", 0.9, failure_class="extrinsic", cause="rate limit"), "extrinsic"),
+])
+def test_unattributable_runs_never_demote(store, agent, judge, why):
+    "A memory one failure away from demotion is shown in runs that blame nobody: it stays active, only its injection is counted."
+    for m in store:
+        for _ in range(3):
+            store.record_outcome([m.id], False)
+    r = run_with_memory(TASK, agent, store, judge=judge, extractor=no_lessons, k=2)
+    assert r.injected and r.demoted == [], why
+    assert [m.status for m in store] == ["active"] * 2 and len(store) == 2
+    assert [(m.failure_count, m.injected_count) for m in store] == [(3, 1)] * 2
+    out = loop_events(store, r.trajectory.id)["loop.outcome"]
+    assert out["attributed"] is False and out["demoted"] == []
+    # the control: one attributed failure now demotes both (4 failures of 4 uses)
+    r = run_with_memory(TASK, good_agent, store, judge=failed_judge, extractor=no_lessons, k=2)
+    assert sorted(r.demoted) == sorted(m.id for m in r.injected) and len(store) == 0
+    assert sorted(loop_events(store, r.trajectory.id)["loop.outcome"]["demoted"]) == sorted(r.demoted)
+    q = list(store.items(status="quarantined"))
+    assert all(m.status_reasons[0].startswith("harmful: failed 4 of 4 uses") for m in q) and len(q) == 2
+
+
+def test_demote_false_keeps_a_failing_memory_active_and_success_never_demotes(store):
+    ids = [m.id for m in store]
+    for _ in range(5):
+        r = run_with_memory(TASK, good_agent, store, judge=failed_judge, extractor=no_lessons, k=2, demote=False)
+        assert r.demoted == []
+    assert [m.status for m in store.get_many(ids)] == ["active"] * 2 and len(store) == 2
+    assert not store.events(kind="quarantine")
+    # procmem.lifecycle agrees they are harmful: the next attributed failure with demote on quarantines them
+    r = run_with_memory(TASK, good_agent, store, judge=failed_judge, extractor=no_lessons, k=2)
+    assert sorted(r.demoted) == sorted(ids) and r.summary()["demoted"] == 2
+
+
+def test_a_demoted_memory_is_never_injected_again():
+    from procmem.simulation import ScriptedAgent, SIM_TASKS, sim_store, truth_judge, null_extractor
+    from procmem.core import utc_now
+    s = sim_store(["flaky-test"], created_at=utc_now())
+    agent = ScriptedAgent(seed=0, p_helpful=1.0, p_harmful=0.0)
+    runs = [run_with_memory(t, agent, s, k=1, judge=truth_judge, extractor=null_extractor, use_utility=False)
+            for t in SIM_TASKS["flaky-test"] * 3]
+    shown = [r.injected[0].id.rsplit("-", 1)[1] for r in runs]
+    assert shown == ["harmful"] * 4 + ["helpful"] * 5
+    assert [bool(r.demoted) for r in runs] == [False] * 3 + [True] + [False] * 5
+    assert s.get("sim-flaky-test-harmful").status == "quarantined"
+    assert s.get("sim-flaky-test-harmful").injected_count == 4
+
+
+def test_a_read_only_store_is_judged_but_never_written(tmp_path):
+    "procmem's contract: read-only means read-only. The run works and is judged; nothing is counted, learned, demoted or logged."
+    from procmem.store import ReadOnlyWarning
+    path = tmp_path / "bank.db"
+    rw = MemoryStore(path)
+    rw.add_many([MemoryItem("Sum table rows after checking the columns", "When a task asks to sum the rows of a sales table.",
+                            "1. List the table's columns.\n2. Pick the sales column.\n3. Sum its rows.", tags=["sales", "table", "sum"])])
+    for _ in range(3):
+        rw.record_outcome([m.id for m in rw], False)  # one failure away from demotion
+    before = (path.stat().st_mtime_ns, len(rw.events()))
+    ro = MemoryStore(path, readonly=True)
+    with pytest.warns(ReadOnlyWarning):
+        r = run_with_memory(TASK, good_agent, ro, judge=failed_judge)  # the default extractor would learn
+    assert r.injected and r.success is False and r.demoted == [] and r.learned.stored == []
+    out = [e for e in r.events if e["kind"] == "loop.outcome"][0]
+    assert (out["attributed"], out["skipped"]) == (False, "read-only store")
+    again = MemoryStore(path)
+    assert [(m.access_count, m.injected_count, m.failure_count, m.status) for m in again] == [(0, 0, 3, "active")]
+    assert (path.stat().st_mtime_ns, len(again.events())) == before
