@@ -24,7 +24,7 @@ __all__ = ['ITEM_COLUMNS', 'EVENT_COLUMNS', 'RUN_COLUMNS', 'UTILITY_BINS', 'SCOR
            'runs_df', 'plot_growth', 'plot_utility', 'plot_usage', 'plot_retrieval_scores', 'plot_ab', 'write_report',
            'demo_bank']
 
-# %% ../nbs/17_analysis.ipynb #ffa30f0f
+# %% ../nbs/17_analysis.ipynb #f81b994e
 def _pd():
     "pandas, imported on first use; a clear error when it is not installed."
     try:
@@ -43,6 +43,46 @@ def _new_figure(ncols: int = 1, width: float = 6.4, height: float = 3.6):
         raise ImportError("procmem.analysis plots need matplotlib: pip install matplotlib") from e
     fig = Figure(figsize=(width, height), layout="constrained")
     return fig, fig.subplots(1, ncols)
+
+
+def _say_empty(fig, ax, text: str):
+    "A figure with only `text` in it (nothing to draw)."
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, color="0.3")
+    return fig
+
+
+def _whole_numbers(*axes):
+    "Ticks at whole numbers only on these axes (`ax.xaxis`, `ax.yaxis`): counts are integers."
+    from matplotlib.ticker import MaxNLocator
+
+    for axis in axes:
+        axis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _items_frame(bank, where: str, need: tuple, **to_df):
+    """`bank` as a `to_df` frame: a MemoryStore read with `to_df(**to_df)`, or a frame given (e.g. a
+    filtered `store.to_df()`), which must have the columns `need`."""
+    pd = _pd()
+    if isinstance(bank, MemoryStore):
+        return bank.to_df(**to_df)
+    if not isinstance(bank, pd.DataFrame):
+        raise TypeError(
+            f"{where}: expected a MemoryStore or a frame of store.to_df(), got"
+            f" {type(bank).__name__}"
+        )
+    missing = [c for c in need if c not in bank.columns]
+    if missing:
+        raise ValueError(
+            f"{where}: the frame has no column {', '.join(missing)}; pass store.to_df()"
+        )
+    return bank
+
+
+def _present(values, order) -> list:
+    "The names of `order` that occur in `values`, in that order, then any others sorted."
+    seen = set(values)
+    return [x for x in order if x in seen] + sorted(seen - set(order))
 
 # %% ../nbs/17_analysis.ipynb #5416b249
 ITEM_COLUMNS = {  # store.to_df(): column -> dtype
@@ -312,46 +352,6 @@ def runs_df(results):
                 f"runs_df: result {i} is a {type(r).__name__}, expected a LoopResult or LearnResult"
             )
     return _typed([_run_row(r) for r in results], RUN_COLUMNS)
-
-# %% ../nbs/17_analysis.ipynb #6d5025f4
-def _say_empty(fig, ax, text: str):
-    "A figure with only `text` in it (nothing to draw)."
-    ax.set_axis_off()
-    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, color="0.3")
-    return fig
-
-
-def _whole_numbers(*axes):
-    "Ticks at whole numbers only on these axes (`ax.xaxis`, `ax.yaxis`): counts are integers."
-    from matplotlib.ticker import MaxNLocator
-
-    for axis in axes:
-        axis.set_major_locator(MaxNLocator(integer=True))
-
-
-def _items_frame(bank, where: str, need: tuple, **to_df):
-    """`bank` as a `to_df` frame: a MemoryStore read with `to_df(**to_df)`, or a frame given (e.g. a
-    filtered `store.to_df()`), which must have the columns `need`."""
-    pd = _pd()
-    if isinstance(bank, MemoryStore):
-        return bank.to_df(**to_df)
-    if not isinstance(bank, pd.DataFrame):
-        raise TypeError(
-            f"{where}: expected a MemoryStore or a frame of store.to_df(), got"
-            f" {type(bank).__name__}"
-        )
-    missing = [c for c in need if c not in bank.columns]
-    if missing:
-        raise ValueError(
-            f"{where}: the frame has no column {', '.join(missing)}; pass store.to_df()"
-        )
-    return bank
-
-
-def _present(values, order) -> list:
-    "The names of `order` that occur in `values`, in that order, then any others sorted."
-    seen = set(values)
-    return [x for x in order if x in seen] + sorted(seen - set(order))
 
 # %% ../nbs/17_analysis.ipynb #9854de9e
 _LEAVING = ("quarantine", "archive", "merge")  # events after which a named item may not be active
