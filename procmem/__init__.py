@@ -8,6 +8,7 @@ from .core import *
 from .text import *
 from .values import *
 from .store import *
+from .store_status import *
 from .index import *
 from .trust import *
 from .retrieval import *
@@ -30,6 +31,11 @@ from .sinks import *
 from .gates import *
 from .loop import *
 from .security import *
+from .lifecycle import *
+from .editing import *
+from .simulation import *
+from .analysis import *
+from .eval import *
 
 __all__ = [
     # core: the memory item
@@ -80,4 +86,10 @@ __all__ = [
     "DEFAULT_MIN_CONFIRMATIONS", "read_check", "run_texts", "poisoning_simulation", "PoisoningReport",
     # the loop
     "run_with_memory", "learn_from_trajectory", "LoopResult", "LearnResult", "demo_trajectories",
+    # usefulness and forgetting (store.prune / restore / archive / merge / history are methods)
+    "utility", "is_harmful", "demote_harmful", "PruneReport", "MergeRefusedError", "merge_candidates",
+    "ScriptedAgent", "usefulness_simulation", "truth_judge",
+    # research views (store.to_df / events_df are methods) and the evaluation harness
+    "runs_df", "plot_growth", "plot_utility", "plot_usage", "plot_retrieval_scores", "plot_ab",
+    "write_report", "demo_bank", "ab_test", "summarize_ab", "FrozenStoreError",
 ]
