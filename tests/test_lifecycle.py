@@ -454,37 +454,47 @@ def test_merge_into_a_copy_of_the_other_is_refused_with_the_order_that_works(ban
 
 
 _CHILD = textwrap.dedent("""
-    import sys
+    import os, sys
     from procmem.store import MemoryStore
-    s = MemoryStore(sys.argv[1])
-    for i in range(int(sys.argv[3])):
+    s, n = MemoryStore(sys.argv[1]), 0
+    while not os.path.exists(sys.argv[3]):
         s.record_outcome([sys.argv[2]], True)
-        if i == 10:
+        n += 1
+        if n == 1:
             print("ready", flush=True)
+    print(n, flush=True)
 """)
+
+
+def _wait_for_more(s, id, than, timeout=60):
+    "Wait until another process has recorded a success on `id` since the count was `than`."
+    deadline = time.monotonic() + timeout
+    while s.get(id).success_count <= than and time.monotonic() < deadline:
+        time.sleep(0.005)
 
 
 @pytest.mark.slow
 def test_merge_concurrent_with_record_outcome_loses_no_increment(tmp_path):
-    path, n = tmp_path / "c.db", 1500
+    path, stop = tmp_path / "c.db", tmp_path / "stop"
     with MemoryStore(path) as s:
         s.add(MemoryItem("Keep me", content="1. first step\n2. check the result", id="keep"))
         for i in range(6):
             s.add(MemoryItem("Keep me", content=f"1. first step\n2. extra step number {i} of {i}", id=f"o{i}",
                              success_count=1, use_count=1))
     root = Path(__file__).resolve().parents[1]
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(path), "keep", str(n)], cwd=root,
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(path), "keep", str(stop)], cwd=root,
                              stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "ready"
     with MemoryStore(path) as s:
-        for i in range(6):
+        for i in range(6):  # each merge lands between increments of the other process
             s.merge(["keep", f"o{i}"], by="tester")
-            time.sleep(0.02)  # spread the merges over the other process's increments
-        assert child.poll() is None, "the increments must still be running during the merges"
-    ft.test_eq(child.wait(timeout=120), 0)
+            _wait_for_more(s, "keep", s.get("keep").success_count)
+    stop.touch()
+    out, _ = child.communicate(timeout=120)
+    ft.test_eq(child.returncode, 0)
+    n = int(out.split()[-1])
     with MemoryStore(path) as s:
-        m = s.get("keep")
-        ft.test_eq(m.success_count, n + 6)  # every increment and every merged count
+        ft.test_eq(s.get("keep").success_count, n + 6)  # every increment and every merged count
         ft.test_eq(len(s), 1)
         ft.test_eq(len(s.events(kind="merge")), 6)
 
