@@ -132,6 +132,34 @@ def test_a_quarantined_memory_is_never_made_active_by_archive_and_restore(bank):
         ft.test_eq(s.get(PACK[0].id).status, "archived")
 
 
+def test_relearning_an_archived_memory_is_held_not_revived(bank):
+    "A person archived it: the same text learned again (even from another task) leaves it archived, with a 'held' event."
+    with MemoryStore(bank) as s:
+        lesson = next(m for m in s if m.domain == "alfworld")
+        s.archive(lesson.id, "outdated", by="alice")
+        again = dataclasses.replace(copy.deepcopy(lesson), id="relearned", task_query="put a hot apple in the fridge")
+        got = s.add(again)
+        ft.test_eq((got.id, got.status, got.confidence, "relearned" in s), (lesson.id, "archived", lesson.confidence, False))
+        e = s.events(kind="held")[-1]
+        ft.test_eq((e["ids"], e["detail"]["existing_status"], e["detail"]["candidate"]), ([lesson.id], "archived", "relearned"))
+        ft.test_eq(s.add_many([dataclasses.replace(again, id="relearned-2")])["held"], 1)
+
+
+def test_repair_and_validate_keep_archived_memories_archived(bank):
+    from procmem.store import repair_store
+    with MemoryStore(bank) as s:
+        s.archive([PACK[0].id, PACK[1].id], "unused", by="t")
+        s._con.execute("UPDATE memories SET data = '{broken' WHERE id=?", (PACK[2].id,))  # one unreadable row
+    assert not validate_store(bank)["ok"]
+    r = repair_store(bank)
+    assert r["repaired"] and r["unreadable"] == [PACK[2].id]
+    with MemoryStore(bank) as s:
+        ft.test_eq(sorted(m.id for m in s.items("archived")), sorted([PACK[0].id, PACK[1].id]))
+        ft.test_eq(s.get(PACK[0].id).status_reasons, ["unused"])
+        assert PACK[0].id not in _ids(s.search(PACK[0].title, k=20)) and s.check() == []
+    assert validate_store(bank)["ok"]
+
+
 # ------------------------------------------------------------------ all or nothing, refusals
 
 def test_archive_and_restore_are_all_or_nothing(bank):
