@@ -515,7 +515,7 @@ def plot_retrieval_scores(store: MemoryStore):
     "A histogram of retrieval relevance from the loop's `loop.retrieve` events (a Figure)."
     return _scores_figure(_retrieval_scores(store))
 
-# %% ../nbs/17_analysis.ipynb #bdcb9564
+# %% ../nbs/17_analysis.ipynb #0364d8fc
 def _wilson(rate: float, n: int, z: float = 1.96) -> tuple:
     "The Wilson score interval of a success rate over `n` runs."
     if not n:
@@ -560,8 +560,10 @@ def _ab_label(row: dict, baseline) -> str:
         return ""
     lo, hi = row.get("diff_ci_low", math.nan), row.get("diff_ci_high", math.nan)
     text = f"{diff:+.2f}" + ("" if math.isnan(lo) else f" [{lo:+.2f}, {hi:+.2f}]")
+    p = row.get("p_value", math.nan)
+    text += "" if p is None or math.isnan(p) else f", p={p:.2g}"
     if "helped" in row:
-        text += f"\nhelped {int(row['helped'])}, harmed {int(row.get('harmed', 0))}"
+        text += f"\ntasks helped {int(row['helped'])}, harmed {int(row.get('harmed', 0))}"
     return text
 
 # %% ../nbs/17_analysis.ipynb #338a2e29
