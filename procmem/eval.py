@@ -567,3 +567,50 @@ def judge_agreement(
     ys = _labels(runs, truth)
     preds = [_verdict(judge, hide_outcome(t) if hide else t, llm) for t in runs]
     return _agreement(preds, ys)
+
+# %% ../nbs/18_eval.ipynb #c4efe46b
+def _sim_agent(task: str, block: str, seed=None):
+    """A fresh simulated agent per run, seeded by ab_test: the same draw for a task and repeat in
+    every arm."""
+    from procmem.simulation import ScriptedAgent
+
+    return ScriptedAgent(seed=seed)(task, block)
+
+
+def _train_sim_store(path, tasks: list, passes: int, seed: int, k: int = 1) -> MemoryStore:
+    """The simulation's bank at `path`, run online `passes` times over `tasks` (nothing is
+    extracted)."""
+    from procmem.simulation import ScriptedAgent, null_extractor, sim_store, truth_judge
+
+    store, agent = sim_store(path=path), ScriptedAgent(seed)
+    for _ in range(passes):
+        for t in tasks:
+            run_with_memory(t, agent, store, k=k, judge=truth_judge, extractor=null_extractor)
+    return store
+
+# %% ../nbs/18_eval.ipynb #0dd9099f
+def _simulated_ab(
+    workdir,  # a folder for the trained banks and their copies
+    passes: int = 6,  # training passes over the training tasks (0: the untrained bank)
+    repeats: int = 5,  # runs of every held-out task in every arm
+    seed: int = 0,
+    arms=("none", "memory", "memory+learn"),
+    k: int = 1,  # memories injected per run (1: the ranking decides what the agent sees)
+):
+    """A SIMULATION: cross-fitted A/B runs (hold out the i-th task of every family, train on the
+    rest)."""
+    import pandas as pd
+    from procmem.simulation import SIM_FAMILIES, null_extractor, truth_judge
+
+    fams, frames = list(SIM_FAMILIES.values()), []
+    for i in range(max(len(f.tasks) for f in fams)):
+        test = [dict(task=f.tasks[i], id=f"{f.name}/{i}") for f in fams if i < len(f.tasks)]
+        train = [t for f in fams for j, t in enumerate(f.tasks) if j != i]
+        bank = _train_sim_store(Path(workdir) / f"bank-fold{i}.db", train, passes, seed + i, k)
+        copies = store_copies(bank.path, Path(workdir) / f"fold{i}")
+        kw = dict(judge=truth_judge, extractor=null_extractor, k=k)
+        frames.append(
+            ab_test(test, _sim_agent, copies, arms, repeats, seed=seed, **kw).assign(fold=i)
+        )
+        bank.close()
+    return pd.concat(frames, ignore_index=True)
