@@ -552,3 +552,30 @@ def test_merge_candidates_errors(bank):
     with pytest.raises(ValueError, match="threshold must be a number"):
         merge_candidates(bank, threshold=-1)
     ft.test_eq(merge_candidates(bank, domain="nowhere"), [])
+
+
+def test_read_only_store_reads_history_and_refuses_merge_and_prune(tmp_path):
+    path = tmp_path / "ro.db"
+    with MemoryStore(path) as s:
+        keep, other = _pair(s)
+        s.merge([keep, other], by="tester")
+    before = _content_hash(path)
+    with MemoryStore(path, readonly=True) as ro:
+        ft.test_eq([r["why"] for r in ro.history(keep)], ["merge", "created"])
+        ids = [m.id for m in ro][:2]
+        with pytest.raises(StoreReadOnlyError):
+            ro.merge(ids)
+        with pytest.raises(StoreReadOnlyError):
+            ro.prune(dry_run=False, max_items=1)
+        ft.test_eq(len(ro.prune(max_items=1).candidates), len(ro) - 1)  # one domain: one kept
+    ft.test_eq(_content_hash(path), before)
+
+
+def test_restore_all_after_prune_brings_every_one_back(disk_bank):
+    s, ids, _ = disk_bank
+    done = s.prune(dry_run=False, max_items=1, now=NOW)
+    ft.test_eq(len(s), 2)
+    back = s.restore_all(by="tester")
+    ft.test_eq({m.id for m in back}, set(done.archived))
+    ft.test_eq(len(s), 13)
+    ft.test_eq({m.status for m in s.items(status=None)}, {"active"})
