@@ -102,7 +102,7 @@ def _check_mergeable(items: list):
             f"merge: strategies and pitfalls (source_type 'failure') mixed: {kinds}"
         )
 
-# %% ../nbs/16b_editing.ipynb #2f1ae82e
+# %% ../nbs/16b_editing.ipynb #9a9b60a9
 _SUMMED = ("access_count", "injected_count", "use_count", "success_count", "failure_count")
 
 
@@ -121,8 +121,13 @@ def _merged_provenance(items: list, gave: list) -> dict:
     trust = least_trusted(*(item_trust(m) for m in gave))
     worst = next(m for m in gave if item_trust(m) == trust)
     label = dict(trust=trust, **({"source": item_source(worst)} if item_source(worst) else {}))
-    p = {**items[0].provenance, **label, "merged_from": [m.id for m in items[1:]][-10:]}
+    before = items[0].provenance.get("merged_from")
+    ids = (before if isinstance(before, list) else []) + [m.id for m in items[1:]]
+    p = {**items[0].provenance, **label, "merged_from": ids[-_MERGED_FROM:]}
     return p if len(repr(p)) <= LIMITS["provenance"] else {**label, "merged_from": p["merged_from"]}
+
+
+_MERGED_FROM = 10  # merged-away ids a memory's provenance remembers (the archived items keep theirs)
 
 # %% ../nbs/16b_editing.ipynb #6b4e54c3
 def _merged_item(items: list, by: str) -> MemoryItem:

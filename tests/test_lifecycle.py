@@ -579,3 +579,32 @@ def test_restore_all_after_prune_brings_every_one_back(disk_bank):
     ft.test_eq({m.id for m in back}, set(done.archived))
     ft.test_eq(len(s), 13)
     ft.test_eq({m.status for m in s.items(status=None)}, {"active"})
+
+
+def _strategy(id, content, trust, tags=()):
+    return MemoryItem("Check the units", content=content, id=id, tags=list(tags),
+                      provenance={"source": "user" if trust == "user" else "web", "trust": trust})
+
+
+def test_merge_takes_the_least_trust_of_the_items_that_gave_text(bank):
+    from procmem.trust import item_trust
+    bank.add(_strategy("t1", "1. Read the units of every number\n2. Convert before comparing", "user"))
+    bank.add(_strategy("u1", "- read the units of every number", "untrusted"))  # adds nothing
+    bank.add(_strategy("u2", "1. Convert before comparing\n2. Say which unit the answer uses", "untrusted"))
+    m = bank.merge(["t1", "u1"])
+    ft.test_eq(item_trust(m), "user")  # no line or tag of u1 made it in
+    m = bank.merge(["t1", "u2"])
+    ft.test_eq(item_trust(m), "untrusted")  # u2 gave a line
+    ft.test_eq(m.provenance["merged_from"], ["u1", "u2"])  # both merges remembered
+    ft.test_eq(m.content.splitlines()[-1], "3. Say which unit the answer uses")
+
+
+def test_merge_refuses_a_result_over_the_content_limit(bank):
+    from procmem.core import LIMITS
+    line = "x" * 60
+    big = "\n".join(f"{i}. step {i} {line}" for i in range(LIMITS["content"] // 140))
+    bank.add(MemoryItem("Long one", content=big, id="big1"))
+    bank.add(MemoryItem("Long two", content=big.replace("step", "stage").replace("x", "y"), id="big2"))
+    with pytest.raises(MergeRefusedError, match="not valid: MemoryItem.content"):
+        bank.merge(["big1", "big2"])
+    ft.test_eq({bank.get(i).status for i in ("big1", "big2")}, {"active"})
