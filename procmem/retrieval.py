@@ -108,13 +108,15 @@ def memory_side(m: MemoryItem, task, idf) -> float:
             best = max(best, share)
     return best
 
-# %% ../nbs/04_retrieval.ipynb #460a2b15
+# %% ../nbs/04_retrieval.ipynb #667af107
 TASK_SIDE_SCALE = 0.68  # the task-side share is divided by this (0.34 of a task counts as 0.5)
 
 
 def hit_relevance(m: MemoryItem, score: float, task_mass: float, task_tokens: list, idf) -> float:
     "Relevance of hit `m` (BM25 `score`) in [0, 1]: the larger of the task and memory sides."
     task_side = score / task_mass / TASK_SIDE_SCALE if task_mass else 0.0
+    if task_side >= 1.0:  # capped at 1 whatever the memory side: skip computing it
+        return 1.0
     return min(1.0, max(task_side, memory_side(m, task_tokens, idf)))
 
 # %% ../nbs/04_retrieval.ipynb #2f46a0c0
@@ -252,7 +254,7 @@ def _check_args(task, k, source_type):
     if bad:
         raise ValueError(f"unknown source_type {sorted(bad)}; use one of {', '.join(SOURCE_TYPES)}")
 
-# %% ../nbs/04_retrieval.ipynb #12b8abe6
+# %% ../nbs/04_retrieval.ipynb #325476a0
 def _floor_hits(store: MemoryStore, hits: list, task: str, floor: float):
     """The `(item, relevance, BM25 score)` of `hits` whose relevance is at least `floor`, lazily,
     in BM25 order."""
@@ -269,10 +271,10 @@ def _relevant_hits(
     store: MemoryStore, hits: list, task: str, k: int, floor: float, ok=None, rank=None
 ) -> list:
     """The first `k` `(item, relevance)` of `hits` whose relevance is at least `floor` (and that
-    `ok` accepts, when given), in BM25 order or re-ordered by `rank` (a function of the list)."""
+    `ok` accepts, when given), in BM25 order or re-ordered by `rank(hits, k)` (an iterator)."""
     found = _floor_hits(store, hits, task, floor)
     if rank is not None:
-        found = rank(list(found))
+        found = rank(found, k)
     out = []
     for m, rel, _ in found:
         if ok is None or ok(m):
@@ -381,7 +383,7 @@ def utility_factor(u: float, weight: float | None = None) -> float:
     w = UTILITY_WEIGHT if weight is None else weight
     return 1 - w + 2 * w * u
 
-# %% ../nbs/04_retrieval.ipynb #7de5213b
+# %% ../nbs/04_retrieval.ipynb #106d1bc0
 def _check_now(now):
     "`now` unchanged if it is None, a datetime or an ISO-8601 string; else a ValueError."
     if now is None or isinstance(now, datetime):
@@ -393,15 +395,34 @@ def _check_now(now):
     return now
 
 
+def _best_first(scored: list) -> list:
+    "`(combined, position, hit)` triples, best combined score first (ties: BM25 order)."
+    return sorted(scored, key=lambda x: (-x[0], x[1]))
+
+
 def _utility_ranker(now=None):
-    "A function ordering `(item, relevance, score)` by BM25 score x `utility_factor` (stable)."
+    """`rank(hits, k)`: `(item, relevance, score)` hits (BM25 order) lazily re-ordered by score x
+    `utility_factor`; it stops reading hits once none can reach the first k (rank-safe)."""
     from procmem.lifecycle import utility  # lifecycle reads the store: imported when used
 
     now = datetime.now(timezone.utc) if _check_now(now) is None else now
 
-    def rank(found: list) -> list:
-        scores = [score * utility_factor(utility(m, now)) for m, _, score in found]
-        order = sorted(range(len(found)), key=scores.__getitem__, reverse=True)
-        return [found[i] for i in order]
+    def scored(hit, i: int) -> tuple:
+        return hit[2] * utility_factor(utility(hit[0], now)), i, hit
+
+    def rank(hits, k: int):
+        hits, seen, stop = iter(hits), [], None
+        for hit in hits:
+            if len(seen) >= k and sorted(c for c, _, _ in seen)[-k] >= hit[2] * (
+                1 + UTILITY_WEIGHT
+            ):
+                stop = hit  # this and every later hit score at most hit[2] x (1 + w): too low
+                break
+            seen.append(scored(hit, len(seen)))
+        first = _best_first(seen)[:k]
+        yield from (h for _, _, h in first)
+        rest = [scored(h, len(seen) + j) for j, h in enumerate([stop, *hits] if stop else [])]
+        given = {id(h) for _, _, h in first}  # more asked for (read checks refused some): all
+        yield from (h for _, _, h in _best_first(seen + rest) if id(h) not in given)
 
     return rank
