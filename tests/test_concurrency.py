@@ -46,10 +46,11 @@ def _searcher(path, barrier, stop_file, out, final_ids):
     s.close()
 
 
-def _same(path, barrier, out):
+def _same(path, barrier, out, w):
     s = MemoryStore(path)
     barrier.wait(timeout=120)
-    got = s.add(MemoryItem("Retry a timed-out page load", "Web pages that time out.", "1. Wait two seconds\n2. Reload once"))
+    got = s.add(MemoryItem("Retry a timed-out page load", "Web pages that time out.", "1. Wait two seconds\n2. Reload once",
+                           task_query=f"Open the status page of site {w}"))  # 8 tasks: 7 independent confirmations
     Path(out).write_text(json.dumps({"id": got.id, "confidence": got.confidence}))
     s.close()
 
@@ -132,7 +133,7 @@ def test_same_memory_from_eight_processes_is_stored_once(tmp_path):
     MemoryStore(db).close()
     barrier = CTX.Barrier(n_w)
     outs = [tmp_path / f"o{w}.json" for w in range(n_w)]
-    _run([CTX.Process(target=_same, args=(str(db), barrier, str(outs[w]))) for w in range(n_w)])
+    _run([CTX.Process(target=_same, args=(str(db), barrier, str(outs[w]), w)) for w in range(n_w)])
     results = [json.loads(o.read_text()) for o in outs]
     with MemoryStore(db) as s:
         assert len(s) == 1
