@@ -519,7 +519,7 @@ def plot_retrieval_scores(store: MemoryStore):
     "A histogram of retrieval relevance from the loop's `loop.retrieve` events (a Figure)."
     return _scores_figure(_retrieval_scores(store))
 
-# %% ../nbs/17_analysis.ipynb #0364d8fc
+# %% ../nbs/17_analysis.ipynb #c6bb8e23
 def _wilson(rate: float, n: int, z: float = 1.96) -> tuple:
     "The Wilson score interval of a success rate over `n` runs."
     if not n:
@@ -563,18 +563,18 @@ def _ab_label(row: dict, baseline) -> str:
     if row["arm"] == baseline or diff is None or math.isnan(diff):
         return ""
     lo, hi = row.get("diff_ci_low", math.nan), row.get("diff_ci_high", math.nan)
-    text = f"{diff:+.2f}" + ("" if math.isnan(lo) else f" [{lo:+.2f}, {hi:+.2f}]")
+    lines = [f"{diff:+.2f}" + ("" if math.isnan(lo) else f" [{lo:+.2f}, {hi:+.2f}]")]
     p = row.get("p_value", math.nan)
-    text += "" if p is None or math.isnan(p) else f", p={p:.2g}"
+    lines += [] if p is None or math.isnan(p) else [f"p={p:.2g}"]
     if "helped" in row:
-        text += f"\ntasks helped {int(row['helped'])}, harmed {int(row.get('harmed', 0))}"
-    return text
+        lines.append(f"{int(row['helped'])} helped, {int(row.get('harmed', 0))} harmed")
+    return "\n".join(lines)
 
-# %% ../nbs/17_analysis.ipynb #338a2e29
+# %% ../nbs/17_analysis.ipynb #a72102f7
 def plot_ab(summary):  # summarize_ab's frame (or ab_test's, summarised here)
     "Success rate per arm with confidence-interval error bars, differences annotated (a Figure)."
     s = _ab_summary(summary)
-    fig, ax = _new_figure(width=5.6)
+    fig, ax = _new_figure(width=max(5.6, 1.9 * len(s) + 1.2))  # room for each arm's label
     if s.empty:
         return _say_empty(fig, ax, "No A/B runs to show.")
     rates, (low, high) = list(s["success_rate"]), _ab_bounds(s)
@@ -582,14 +582,16 @@ def plot_ab(summary):  # summarize_ab's frame (or ab_test's, summarised here)
         [max(r - lo, 0) for r, lo in zip(rates, low)],
         [max(hi - r, 0) for r, hi in zip(rates, high)],
     ]
-    bars = ax.bar(
-        [str(a) for a in s["arm"]], rates, yerr=err, capsize=6, color="tab:blue", alpha=0.8
-    )
+    arms = [str(a) for a in s["arm"]]
+    ax.bar(arms, rates, yerr=err, capsize=6, color="tab:blue", alpha=0.8)
     baseline = s.attrs.get("baseline", s["arm"].iloc[0])
-    labels = [_ab_label(row, baseline) for row in s.to_dict("records")]
-    ax.bar_label(bars, labels=labels, padding=14, fontsize=8)
+    for x, row, top in zip(range(len(arms)), s.to_dict("records"), high):
+        label = _ab_label(row, baseline)
+        above = row["success_rate"] if math.isnan(top) else max(top, row["success_rate"])
+        if label:  # above the error bar, not over it
+            ax.text(x, above + 0.03, label, ha="center", va="bottom", fontsize=8)
     ci = s.attrs.get("ci", 0.95)
-    ax.set(ylim=(0, 1.25), ylabel="success rate", title=f"Success rate per arm ({ci:.0%} CI)")
+    ax.set(ylim=(0, 1.3), ylabel="success rate", title=f"Success rate per arm ({ci:.0%} CI)")
     return fig
 
 # %% ../nbs/17_analysis.ipynb #cf7829a3
