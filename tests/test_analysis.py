@@ -128,7 +128,8 @@ def test_events_df_matches_the_log(ro):
     assert {c: str(t) for c, t in ev.dtypes.items()} == EVENT_COLUMNS
     assert ev.seq.tolist() == [e["seq"] for e in raw]
     assert ev.n_ids.tolist() == [len(e["ids"]) for e in raw]
-    assert ev.trajectory_id.dropna().tolist() == [e["detail"]["trajectory_id"] for e in raw if e["detail"].get("trajectory_id")]
+    runs = [e["detail"]["trajectory_id"] for e in raw if e["detail"].get("trajectory_id")]
+    assert ev.trajectory_id.dropna().tolist() == runs
     assert ev.by.dropna().tolist() == ["test-reviewer"]
 
 
@@ -190,7 +191,8 @@ def test_plots_return_figures_and_leak_none(ro):
 
 def test_plot_growth_ends_at_the_active_count(ro):
     ax = plot_growth(ro).axes[0]
-    types = [t for t in ("success", "failure", "seed", "contrastive") if ro.count(status=None) and any(m.source_type == t for m in ro.items(status=None))]
+    present = {m.source_type for m in ro.items(status=None)}
+    types = [t for t in ("success", "failure", "seed", "contrastive") if t in present]
     assert [l.get_label() for l in ax.lines] == types + ["all"]
     assert ax.lines[-1].get_ydata()[-1] == len(ro)  # the quarantined one left at its event
 
@@ -226,8 +228,10 @@ def test_plot_retrieval_scores_counts_every_retrieved_pair(ro):
 def test_plot_ab_from_summarize_ab():
     eval_mod = pytest.importorskip("procmem.eval")
     raw = pd.DataFrame(dict(
-        task=[f"task {i}" for i in range(8)] * 2, task_id=[f"t{i}" for i in range(8)] * 2, arm=["none"] * 8 + ["memory"] * 8, repeat=0,
-        success=[True, False, False, True, False, False, True, False] + [True, True, False, True, True, False, True, True],
+        task=[f"task {i}" for i in range(8)] * 2, task_id=[f"t{i}" for i in range(8)] * 2,
+        arm=["none"] * 8 + ["memory"] * 8, repeat=0,
+        success=[True, False, False, True, False, False, True, False]
+        + [True, True, False, True, True, False, True, True],
         steps=3, tokens=0, cost=0.0, latency_ms=1.0, injected_ids=[[]] * 16))
     summary = eval_mod.summarize_ab(raw)
     for frame in (summary, raw):
@@ -237,7 +241,8 @@ def test_plot_ab_from_summarize_ab():
 
 
 def test_plot_ab_errors():
-    ft.test_fail(lambda: plot_ab(pd.DataFrame(dict(arm=["a"], success_rate=[0.5]))), contains="success_ci_low/success_ci_high or n")
+    no_ci = pd.DataFrame(dict(arm=["a"], success_rate=[0.5]))
+    ft.test_fail(lambda: plot_ab(no_ci), contains="success_ci_low/success_ci_high or n")
     ft.test_fail(lambda: plot_ab(pd.DataFrame(dict(x=[1]))), contains="plot_ab: expected summarize_ab's frame")
     ft.test_fail(lambda: plot_ab({"arm": "a"}), contains="got dict")
 
@@ -257,7 +262,8 @@ def test_write_report_read_only_leaves_the_store_untouched(real, tmp_path):
         w, h = struct.unpack(">II", data[16:24])
         assert w > 300 and h > 200
     md = paths["report"].read_text(encoding="utf-8")
-    line = f"{n} memories ({counts['active']} active, {counts['quarantined']} quarantined, {counts['archived']} archived)"
+    line = (f"{n} memories ({counts['active']} active, {counts['quarantined']} quarantined,"
+            f" {counts['archived']} archived)")
     assert line in md
     assert all(f"]({name}.png)" in md for name in REPORT_PLOTS)
     assert "test-reviewer" in md  # the quarantine is among the recent events
