@@ -361,9 +361,14 @@ def test_merge_sums_counters_unites_lines_and_archives(bank):
     ft.test_eq(set(m.tags), set(a.tags) | set(b.tags))
     assert b.task_query in m.example_queries
     ft.test_eq(m.lineage[-1]["content"], a.content)
-    ft.test_eq(bank.get(other).status, "archived")
-    assert f"merged into {keep}" in bank.get(other).status_reasons[0]
+    gone = bank.get(other)
+    ft.test_eq(gone.status, "archived")
+    assert f"merged into {keep}" in gone.status_reasons[0]
     ft.test_eq(bank.get(keep), m)
+    # the counters moved: zero on the archived item, the numbers kept in its provenance
+    moved = gone.provenance["merged_into"]
+    ft.test_eq((moved["id"], moved["counters"]["use_count"], gone.use_count), (keep, b.use_count, 0))
+    ft.test_eq(sum(x.success_count for x in bank.items(status=None)), a.success_count + b.success_count)
     evs = bank.events(kind="merge")
     ft.test_eq(len(evs), 1)
     ft.test_eq(evs[0]["ids"], [keep, other])
@@ -396,10 +401,10 @@ def test_merge_is_atomic_when_the_archive_step_fails(bank, monkeypatch):
     keep, other = _pair(bank)
     a, b, n = bank.get(keep), bank.get(other), len(bank.events())
 
-    def boom(self, c, ids, reasons):
+    def boom(self, c, *a, **kw):
         raise OSError("disk gone mid-merge")
 
-    monkeypatch.setattr(MemoryStore, "_archive_rows", boom)
+    monkeypatch.setattr(MemoryStore, "_set_status", boom)  # after the kept item was rewritten
     with pytest.raises(OSError, match="mid-merge"):
         bank.merge([keep, other])
     ft.test_eq((bank.get(keep), bank.get(other)), (a, b))  # the rewrite of `keep` was rolled back
@@ -569,6 +574,21 @@ def test_read_only_store_reads_history_and_refuses_merge_and_prune(tmp_path):
             ro.prune(dry_run=False, max_items=1)
         ft.test_eq(len(ro.prune(max_items=1).candidates), len(ro) - 1)  # one domain: one kept
     ft.test_eq(_content_hash(path), before)
+
+
+def test_restoring_a_merged_item_never_counts_a_use_twice(bank):
+    keep, other = _pair(bank)
+    bank.record_outcome([other], True)
+    bank.record_outcome([keep, other], False)
+    bank.merge([keep, other])
+    bank.prune(dry_run=False, max_items=0, now=NOW)
+    bank.restore_all()  # the undo of a prune leaves merged-away items archived...
+    ft.test_eq(bank.get(other).status, "archived")
+    bank.restore_all(include_merged=True)  # ... and even when they come back, no use counts twice
+    items = {m.id: m for m in bank}
+    ft.test_eq((items[keep].success_count, items[keep].failure_count), (1, 2))
+    ft.test_eq((items[other].success_count, items[other].failure_count), (0, 0))
+    ft.test_eq(sum(m.use_count for m in bank), 3)
 
 
 def test_restore_all_after_prune_brings_every_one_back(disk_bank):
