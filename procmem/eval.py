@@ -250,31 +250,32 @@ def _run_row(spec, arm, repeat, agent, store, kw) -> dict:
         agent_error=res.agent_error,
     )
 
-# %% ../nbs/18_eval.ipynb #f0fa0a4d
+# %% ../nbs/18_eval.ipynb #f3ae644f
 def store_copies(
     path,  # the learned store file to copy
-    workdir=None,  # where the copies go (default: a new temporary folder)
+    workdir=None,  # where the copies go (default: a new temporary folder, `factory.workdir`)
 ):
     "A store factory: each call returns a MemoryStore on a fresh copy of the store file `path`."
     src = Path(path).expanduser()
     MemoryStore(src, readonly=True).close()  # refuses what is not a readable procmem store
-    box = {"dir": Path(workdir) if workdir else None, "n": 0}
+    out = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="procmem-ab-"))
+    n = [0]
 
     def factory() -> MemoryStore:
-        box["dir"] = box["dir"] or Path(tempfile.mkdtemp(prefix="procmem-ab-"))
-        box["dir"].mkdir(parents=True, exist_ok=True)
-        dst = box["dir"] / f"{src.stem}-copy{box['n']}{src.suffix}"
+        out.mkdir(parents=True, exist_ok=True)
+        dst = out / f"{src.stem}-copy{n[0]}{src.suffix}"
         while dst.exists():  # never overwrite a file (another factory may share the folder)
-            box["n"] += 1
-            dst = box["dir"] / f"{src.stem}-copy{box['n']}{src.suffix}"
+            n[0] += 1
+            dst = out / f"{src.stem}-copy{n[0]}{src.suffix}"
         with closing(sqlite3.connect(f"{src.resolve().as_uri()}?mode=ro", uri=True)) as a:
             with closing(sqlite3.connect(dst)) as b:
                 a.backup(b)
         return MemoryStore(dst)
 
+    factory.workdir = out  # the copies' folder: delete it when done
     return factory
 
-# %% ../nbs/18_eval.ipynb #f2be162e
+
 def _fresh_store(factory, seen: list, first: dict | None) -> tuple:
     "(a new store from `factory`, its state), refusing repeats and copies that differ."
     s = factory()
@@ -338,7 +339,7 @@ def _run_arm(specs, name, arm_kw, r, agent, store, state, opts) -> list[dict]:
         raise FrozenStoreError(f"arm {name!r} (repeat {r}) changed a frozen store: {diff}", diff)
     return rows
 
-# %% ../nbs/18_eval.ipynb #58c2d46e
+# %% ../nbs/18_eval.ipynb #4fadf568
 def ab_test(
     tasks,  # task strings or dicts with "task" and optional "id", "truth" (bool or fn(trajectory))
     agent,  # agent(task, memory_block[, seed=]) -> trajectory, as for run_with_memory
@@ -348,6 +349,7 @@ def ab_test(
     freeze: bool = True,  # arms that do not learn must leave their store unchanged (checked)
     exclude_self: bool = True,  # a task never retrieves memories learned from itself
     seed: int = 0,  # the per-(task, repeat) seeds derive from it, the same in every arm
+    close_stores: bool = True,  # close each factory store after its arm (False: inspect them)
     **run_kw,  # more run_with_memory keywords for every arm (judge=, llm=, k=, domain=, ...)
 ):
     """Run every task in every arm (each on a fresh copy of the learned store) and return one row
@@ -367,6 +369,8 @@ def ab_test(
             store, state = _fresh_store(store_factory, seen, first)
             first = first or state
             rows += _run_arm(specs, name, arm_kw, r, agent, store, state, opts)
+            if close_stores:
+                store.close()
     return pd.DataFrame(rows)
 
 # %% ../nbs/18_eval.ipynb #db9c1c24
@@ -394,7 +398,7 @@ def _cluster_boot(sums, counts, n_boot: int, rng, ci: float) -> tuple[float, flo
     lo, hi = np.quantile(stats, [(1 - ci) / 2, 1 - (1 - ci) / 2])
     return float(lo), float(hi)
 
-# %% ../nbs/18_eval.ipynb #7a679df3
+# %% ../nbs/18_eval.ipynb #a8d1da60
 def _as_outcome(v, where: str):
     "1.0 / 0.0 for a success / failure (bool or 0/1), None for a missing one (None, NaN, pd.NA)."
     if isinstance(v, (bool, np.bool_)):
@@ -430,26 +434,33 @@ def _outcomes(df, outcome: str):
     return d, df[[not k for k in known]].groupby("arm").size()
 
 
-def _arm_stats(d, arm: str, n_boot: int, rng, ci: float) -> dict:
-    "n, tasks, success rate with its task-bootstrap CI, and mean steps/tokens/cost of one arm."
-    a = d[d.arm == arm]
+def _arm_stats(d, df, arm: str, n_boot: int, rng, ci: float) -> dict:
+    """n (runs with an outcome), tasks, success rate with its task-bootstrap CI; mean steps,
+    tokens, cost and latency over all the arm's runs."""
+    a, runs = d[d.arm == arm], df[df.arm == arm]
     per = a.groupby("task_id").y.agg(["sum", "count"])
     lo, hi = _cluster_boot(per["sum"], per["count"], n_boot, rng, ci)
-    mean = {
-        c: float(a[c].mean()) if c in a and len(a) else float("nan")
-        for c in ("steps", "tokens", "cost")
+    means = {
+        f"mean_{c}": float(_numeric(runs[c]).mean()) if c in runs else float("nan")
+        for c in ("steps", "tokens", "cost", "latency_ms")
     }
+    rate = float(a.y.mean()) if len(a) else float("nan")
     return dict(
         arm=arm,
         n=len(a),
         n_tasks=len(per),
-        success_rate=float(a.y.mean()) if len(a) else float("nan"),
+        success_rate=rate,
         success_ci_low=lo,
         success_ci_high=hi,
-        mean_steps=mean["steps"],
-        mean_tokens=mean["tokens"],
-        mean_cost=mean["cost"],
+        **means,
     )
+
+
+def _numeric(col):
+    "A column as floats (missing or non-numeric values: NaN)."
+    import pandas as pd
+
+    return pd.to_numeric(col, errors="coerce")
 
 
 def _paired_stats(d, arm: str, base: str, n_boot: int, rng, ci: float) -> dict:
@@ -474,7 +485,7 @@ def _paired_stats(d, arm: str, base: str, n_boot: int, rng, ci: float) -> dict:
         n_pairs=len(diff),
     )
 
-# %% ../nbs/18_eval.ipynb #ce80a945
+# %% ../nbs/18_eval.ipynb #67d78495
 def summarize_ab(
     df,  # ab_test's frame (or any frame with task_id, arm, repeat and the outcome column)
     baseline: str = "none",  # the arm the others are compared with
@@ -496,7 +507,7 @@ def summarize_ab(
     arms = [baseline] + [a for a in arms if a != baseline]
     rng, rows = np.random.default_rng(seed), []
     for arm in arms:
-        row = _arm_stats(d, arm, n_boot, rng, ci)
+        row = _arm_stats(d, df, arm, n_boot, rng, ci)
         if arm == baseline:
             row.update(
                 diff=0.0,
@@ -511,7 +522,8 @@ def summarize_ab(
             row.update(_paired_stats(d, arm, baseline, n_boot, rng, ci))
         rows.append(dict(row, outcome=outcome, missing=int(missing.get(arm, 0))))
     out = pd.DataFrame(rows)
-    out.attrs.update(baseline=baseline, outcome=outcome, ci=ci, n_boot=n_boot, seed=seed)
+    test = "exact sign test over tasks (with one repeat: McNemar's exact test)"
+    out.attrs.update(baseline=baseline, outcome=outcome, ci=ci, n_boot=n_boot, seed=seed, test=test)
     return out
 
 # %% ../nbs/18_eval.ipynb #5d58cd38
@@ -568,7 +580,7 @@ def judge_agreement(
     preds = [_verdict(judge, hide_outcome(t) if hide else t, llm) for t in runs]
     return _agreement(preds, ys)
 
-# %% ../nbs/18_eval.ipynb #c4efe46b
+# %% ../nbs/18_eval.ipynb #2ab83fc0
 def _sim_agent(task: str, block: str, seed=None):
     """A fresh simulated agent per run, seeded by ab_test: the same draw for a task and repeat in
     every arm."""
@@ -588,7 +600,7 @@ def _train_sim_store(path, tasks: list, passes: int, seed: int, k: int = 1) -> M
             run_with_memory(t, agent, store, k=k, judge=truth_judge, extractor=null_extractor)
     return store
 
-# %% ../nbs/18_eval.ipynb #0dd9099f
+
 def _simulated_ab(
     workdir,  # a folder for the trained banks and their copies
     passes: int = 6,  # training passes over the training tasks (0: the untrained bank)

@@ -59,13 +59,27 @@ def test_frozen_arm_leaves_every_copy_and_the_original_unchanged(seed_store, tmp
         return made[-1]
 
     tasks = [m.task_query for m in seed_store.items() if m.task_query] + ["Which classes are under Activity?"]
-    df = ab_test(tasks, scripted, factory, arms=("none", "memory"), repeats=2)
+    df = ab_test(tasks, scripted, factory, arms=("none", "memory"), repeats=2, close_stores=False)
     assert len(made) == 4 and len({s.path for s in made}) == 4
     assert df[df.arm == "memory"].injected_ids.map(len).sum() > 0  # memory was really shown
     for s in made:
         assert _store_state(s) == before  # counters included: nothing retrieved was counted
         assert s.events(kind="loop.retrieve") == []  # run read-only: not even the event log grew
     assert _store_state(seed_store) == before
+    assert sorted(p.name for p in copies.workdir.glob("*.db")) == [f"learned-copy{i}.db" for i in range(4)]
+
+
+def test_stores_are_closed_after_their_arm_by_default(seed_store):
+    made = []
+
+    def factory():
+        made.append(MemoryStore())
+        return made[-1]
+
+    ab_test(["What is a Plan?"], scripted, factory, arms=("none", "memory+learn"))
+    for s in made:
+        with pytest.raises(Exception, match="closed"):
+            len(s)
 
 
 def test_exclude_self_on_the_seed_memories(seed_store):
