@@ -552,7 +552,7 @@ def _log(self: MemoryStore, c, kind: str, ids, **detail):
         (utc_now(), kind, json.dumps(list(ids)), detail),
     )
 
-# %% ../nbs/02_store.ipynb #ea5ec719
+# %% ../nbs/02_store.ipynb #37124be3
 _SAME_MEANING = (
     "SELECT id, data FROM memories WHERE fingerprint=? AND (source_type = 'failure') = ? AND"
     " domain=?"
@@ -571,10 +571,11 @@ def _insert(self: MemoryStore, c, item: MemoryItem, take_rev) -> str:
     row = c.execute("SELECT data FROM memories WHERE id=?", (item.id,)).fetchone()
     if row:
         old = self._load_strict(item.id, row[0])
-        if old.fingerprint == fp and old.source_type == item.source_type:
+        if (old.fingerprint, old.source_type, old.domain) == (fp, item.source_type, item.domain):
             return "unchanged"
+        moved = f" (of domain {old.domain!r})" if old.fingerprint == fp else ""
         raise StoreConflictError(
-            f"id {item.id!r} already holds a different memory; use update() to change it"
+            f"id {item.id!r} already holds a different memory{moved}; use update() to change it"
         )
     row = c.execute(_SAME_MEANING, (fp, item.source_type == "failure", item.domain)).fetchone()
     if row:
@@ -939,13 +940,21 @@ def _event_args(kind, detail: dict) -> tuple[str, dict]:
         raise ValueError("'fields' is written by the store (the changed fields); use another name")
     return kind, dict(detail, **({"by": _who(detail["by"])} if "by" in detail else {}))
 
-# %% ../nbs/02_store.ipynb #d5504a2d
+# %% ../nbs/02_store.ipynb #7abf2890
 @patch
-def delete(self: MemoryStore, id: str) -> MemoryItem | None:
+def delete(
+    self: MemoryStore,
+    id: str,  # the memory to purge (archive() keeps it instead)
+    by: str | None = None,  # who decided (default: the operating-system user)
+    reason: str | None = None,  # why, kept in the event
+) -> MemoryItem | None:
     """Delete the memory with exactly this id and return it (None if it was unreadable); raises
-    `MemoryNotFoundError`."""
+    `MemoryNotFoundError`. The `delete` event says who and why."""
     if not isinstance(id, str):
         raise TypeError(f"delete expects an id string, got {type(id).__name__}")
+    if reason is not None and (not isinstance(reason, str) or not reason.strip()):
+        raise ValueError(f"reason must be a non-empty text or None, got {reason!r}")
+    detail = dict(by=_who(by), **({"reason": _reason_text(reason)} if reason else {}))
     with self._write() as c:
         row = c.execute("SELECT data FROM memories WHERE id=?", (id,)).fetchone()
         if row is None:
@@ -954,7 +963,7 @@ def delete(self: MemoryStore, id: str) -> MemoryItem | None:
         c.execute(
             "INSERT OR REPLACE INTO tombstones(id, rev) VALUES (?, ?)", (id, self._next_rev(c))
         )
-        self._log(c, "delete", [id])
+        self._log(c, "delete", [id], **detail)
     self.bad_rows.pop(id, None)
     try:
         return _load(row[0])
@@ -1589,3 +1598,6 @@ def repair_store(path) -> dict:
         dict(moved_to=str(moved), salvaged=len(items), unreadable=bad, partial=partial),
     )
     return out
+
+# %% ../nbs/02_store.ipynb #55a83a17
+from . import store_status  # noqa: F401  (adds archive, restore, record_injection, ...)

@@ -144,7 +144,7 @@ def archive(
         self._log(c, "archive", ids, by=by, reasons=logged, **(dict(was=was) if was else {}))
     return out
 
-# %% ../nbs/02a_store_status.ipynb #0801660b
+# %% ../nbs/02a_store_status.ipynb #6b4f0c6f
 @patch
 def _unarchive(self: MemoryStore, c, m: MemoryItem) -> MemoryItem:
     "Write archived `m` back as active, or as quarantined when it was quarantined before."
@@ -153,7 +153,9 @@ def _unarchive(self: MemoryStore, c, m: MemoryItem) -> MemoryItem:
 
 
 @patch
-def _restore(self: MemoryStore, c, olds: list, by: str, reason: str | None) -> list[MemoryItem]:
+def _restore(
+    self: MemoryStore, c, olds: list, by: str, reason: str | None, **more
+) -> list[MemoryItem]:
     "Restore the archived items `olds` inside a write transaction; one `restore` event."
     wrong = [m for m in olds if m.status != "archived"]
     if wrong:
@@ -164,7 +166,7 @@ def _restore(self: MemoryStore, c, olds: list, by: str, reason: str | None) -> l
     self._check_budget(c, dict(Counter(m.domain for m in out if m.status == "active")))
     held = [m.id for m in out if m.status == "quarantined"]
     detail = dict(by=by, **({"reason": reason} if reason else {}))
-    detail.update({"quarantined": held} if held else {})
+    detail.update({"quarantined": held} if held else {}, **more)
     self._log(c, "restore", [m.id for m in olds], **detail)
     return out
 
@@ -193,7 +195,7 @@ def restore(
     with self._write() as c:
         return self._restore(c, [self._status_row(c, i) for i in ids], by, reason)
 
-# %% ../nbs/02a_store_status.ipynb #81936b77
+# %% ../nbs/02a_store_status.ipynb #22d2544d
 _ARCHIVED = "SELECT id, data FROM memories WHERE status='archived'{} ORDER BY rowid"
 
 
@@ -202,16 +204,25 @@ def restore_all(
     self: MemoryStore,
     by: str | None = None,  # who decided (default: the operating-system user)
     domain: str | None = None,  # only this domain's archived memories
+    include_merged: bool = False,  # also those a merge put away (their text lives on elsewhere)
 ) -> list[MemoryItem]:
-    """Restore every archived memory (of `domain`) in one transaction (unreadable rows are left
-    archived); returns them as stored."""
+    """Restore every archived memory (of `domain`; merged-away ones only if `include_merged`) in one
+    transaction (unreadable rows stay archived); returns them as stored."""
     if domain is not None and not isinstance(domain, str):
         raise TypeError(f"domain must be a string or None, got {type(domain).__name__}")
     by = _who(by)
     with self._write() as c:
-        if domain is None:
-            rows = c.execute(_ARCHIVED.format("")).fetchall()
-        else:
-            rows = c.execute(_ARCHIVED.format(" AND domain=?"), (domain,)).fetchall()
-        olds = [m for m in (self._load_row(i, d) for i, d in rows) if m is not None]
-        return self._restore(c, olds, by, None) if olds else []
+        olds = self._archived_rows(c, domain)
+        keep = [m for m in olds if include_merged or not m.provenance.get("merged_into")]
+        left = {"left_merged": len(olds) - len(keep)} if len(keep) < len(olds) else {}
+        return self._restore(c, keep, by, None, **left) if keep else []
+
+
+@patch
+def _archived_rows(self: MemoryStore, c, domain: str | None) -> list[MemoryItem]:
+    "The readable archived memories (of `domain`), in insertion order, inside a transaction."
+    if domain is None:
+        rows = c.execute(_ARCHIVED.format("")).fetchall()
+    else:
+        rows = c.execute(_ARCHIVED.format(" AND domain=?"), (domain,)).fetchall()
+    return [m for m in (self._load_row(i, d) for i, d in rows) if m is not None]
