@@ -1,0 +1,581 @@
+"""Lifecycle under concurrency and crashes (issue 9, reliability): several processes on one store file
+while others archive, prune, merge and restore.
+
+- counters: record_outcome / record_injection / record_access from N processes while another process
+  archives, prunes and restores -> every acknowledged call is in the counters and in the event log;
+- merge racing counters: the kept item's counters are its own increments plus every increment the
+  other item had when the merge committed (read off the event log's order), none lost;
+- search catch-up: an item archived by one process is never in another long-lived process's search,
+  retrieval or memory block afterwards; restored items come back;
+- restore_all racing archive: every item ends in the status its last archive/restore event says,
+  the index agrees, nothing is deleted;
+- crash safety: SIGKILL in the middle of a merge loop or a prune loop -> the store opens, validate_store
+  is clean, each merge is all-or-nothing (both items as before, or merged + the other archived),
+  every acknowledged merge/prune is there, every archived item has its archive event.
+Patterns from tests/test_concurrency.py and tests/test_crash.py (spawned processes, barriers, SIGKILL)."""
+import json, multiprocessing as mp, os, random, signal, subprocess, sys, textwrap, threading, time, warnings
+from collections import Counter
+from pathlib import Path
+
+import fastcore.test as ft
+import pytest
+import procmem.lifecycle, procmem.store_status  # noqa: F401  (see test_lifecycle_methods_exist_after_a_plain_import)
+from procmem import MemoryItem, MemoryStore
+from procmem.store import QuarantineWarning, StoreConflictError, StoreError, validate_store
+
+CTX = mp.get_context("spawn")
+COUNTERS = ("access_count", "injected_count", "use_count", "success_count", "failure_count")
+
+
+def test_lifecycle_methods_exist_after_a_plain_import():
+    "A user script (or a spawned worker) that only does `from procmem import MemoryStore` can archive, prune, merge."
+    code = ("from procmem import MemoryStore\ns = MemoryStore()\n"
+            "print([m for m in ('record_injection', 'archive', 'restore', 'restore_all', 'prune', 'merge', 'history')"
+            " if not callable(getattr(s, m, None))])")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", (r.stdout, r.stderr[-1000:])
+
+
+def _store(path) -> MemoryStore:
+    "Open the store in a worker (the lifecycle methods loaded even before a plain import brings them)."
+    import procmem.store_status, procmem.lifecycle  # noqa: F401
+    return MemoryStore(path)
+
+
+def _item(i: int, word: str = "lever") -> MemoryItem:
+    return MemoryItem(f"Calibrate the {word} gauge zk{i}", f"When gauge zk{i} drifts on the {word} rig.",
+                      f"1. Zero gauge zk{i} with the {word} clamp\n2. Record reading qv{i}",
+                      id=f"L{i:03d}", tags=["gauge", word])
+
+
+def _pair(i: int) -> tuple[MemoryItem, MemoryItem]:
+    "Two near-duplicates (a merge's input): same procedure, one extra bullet each."
+    a = MemoryItem(f"Restart the stuck worker queue pq{i}", f"When queue pq{i} stops draining.",
+                   f"1. Drain queue pq{i}\n2. Restart the worker pool\n3. Check the backlog of pq{i}",
+                   id=f"A{i:03d}", tags=["queue"])
+    b = MemoryItem(f"Restart a stuck worker queue pq{i}", f"Queue pq{i} stopped draining.",
+                   f"1. Drain queue pq{i}\n2. Restart the worker pool\n3. Alert the on-call owner of pq{i}",
+                   id=f"B{i:03d}", tags=["queue", "ops"])
+    return a, b
+
+
+def _run(procs, timeout=300):
+    for p in procs:
+        p.start()
+    deadline = time.time() + timeout
+    for p in procs:
+        p.join(max(1, deadline - time.time()))
+    alive = [p for p in procs if p.is_alive()]
+    for p in alive:
+        p.kill()
+    assert not alive, f"{len(alive)} processes still running after {timeout}s"
+    assert [p.exitcode for p in procs] == [0] * len(procs), [p.exitcode for p in procs]
+
+
+def _counts(m: MemoryItem) -> dict:
+    return {k: getattr(m, k) for k in COUNTERS}
+
+
+def _all_statuses(s: MemoryStore) -> Counter:
+    return Counter(m.status for m in s.items(status=None))
+
+
+# ------------------------------------------------------------------ counters while archiving/pruning
+
+N_CALLS = 90
+
+
+def _recorder(path, w, ids, barrier, out):
+    "Record outcomes, injections and accesses of random items; write what was acknowledged, per id."
+    s = _store(path)
+    rng = random.Random(100 + w)
+    barrier.wait(timeout=120)
+    acked = {i: dict.fromkeys(COUNTERS, 0) for i in ids}
+    calls = Counter()
+    for n in range(N_CALLS):
+        got = rng.sample(ids, 2)
+        kind = n % 3
+        if kind == 0:
+            ok = rng.random() < 0.6
+            s.record_outcome(got, ok)  # returns after its commit: acknowledged
+            for i in got:
+                acked[i]["use_count"] += 1
+                acked[i]["success_count" if ok else "failure_count"] += 1
+            calls["outcome"] += 1
+        elif kind == 1:
+            s.record_injection(got)
+            for i in got:
+                acked[i]["injected_count"] += 1
+            calls["inject"] += 1
+        else:
+            s.record_access(got)
+            for i in got:
+                acked[i]["access_count"] += 1
+            calls["retrieve"] += 1
+    s.close()
+    Path(out).write_text(json.dumps({"acked": acked, "calls": calls}))
+
+
+def _lifecycler(path, ids, barrier, out):
+    "Archive, prune and restore the same items the recorders count, as fast as it can."
+    s = _store(path)
+    rng = random.Random(7)
+    barrier.wait(timeout=120)
+    done = Counter()
+    for r in range(12):
+        active = [m.id for m in s.items() if m.id in ids]
+        s.archive(rng.sample(active, 3), "reliability: archived while counted", by="reliability")
+        done["archive"] += 1
+        rep = s.prune(dry_run=False, max_items=len(ids) - 6, by="reliability")
+        done["pruned"] += len(rep.archived)
+        if r % 2:
+            s.restore(rep.archived or [m.id for m in s.items(status="archived")][:1], by="reliability")
+            done["restore"] += 1
+        s.restore_all(by="reliability")
+        done["restore_all"] += 1
+    s.close()
+    Path(out).write_text(json.dumps(done))
+
+
+def test_no_counter_increment_is_lost_while_items_are_archived_pruned_and_restored(tmp_path):
+    db, n_rec = tmp_path / "m.db", 3
+    ids = [f"L{i:03d}" for i in range(24)]
+    with MemoryStore(db) as s:
+        s.add_many([_item(i) for i in range(24)])
+    barrier = CTX.Barrier(n_rec + 1)
+    outs = [tmp_path / f"r{w}.json" for w in range(n_rec)]
+    procs = [CTX.Process(target=_recorder, args=(str(db), w, ids, barrier, str(outs[w]))) for w in range(n_rec)]
+    procs.append(CTX.Process(target=_lifecycler, args=(str(db), ids, barrier, str(tmp_path / "l.json"))))
+    _run(procs)
+    done = json.loads((tmp_path / "l.json").read_text())
+    assert done["archive"] == 12 and done["pruned"] > 0  # the lifecycle process really changed statuses
+    results = [json.loads(o.read_text()) for o in outs]
+    with MemoryStore(db) as s:
+        assert s.check() == [] and _all_statuses(s) == Counter(active=24)  # restore_all brought all back
+        for i in ids:
+            want = {k: sum(r["acked"][i][k] for r in results) for k in COUNTERS}
+            ft.test_eq(_counts(s.get(i)), want)
+        calls = sum((Counter(r["calls"]) for r in results), Counter())
+        for kind in ("outcome", "inject", "retrieve"):
+            assert len(s.events(kind=kind)) == calls[kind], kind
+        assert not s.events(kind="delete")  # prune never deletes
+        assert {m.id for m, _ in s.search("calibrate gauge", k=100)} == set(ids)  # all searchable again
+
+
+# ------------------------------------------------------------------ merge racing counters
+
+N_PAIRS = 8
+
+
+def _pair_recorder(path, w, barrier, out):
+    s = _store(path)
+    rng = random.Random(300 + w)
+    barrier.wait(timeout=120)
+    n = Counter()
+    for k in range(150):
+        i = rng.randrange(N_PAIRS)
+        ids = rng.choice([[f"A{i:03d}"], [f"B{i:03d}"], [f"A{i:03d}", f"B{i:03d}"]])
+        if k % 2:
+            s.record_outcome(ids, rng.random() < 0.5)
+            n["outcome"] += 1
+        else:
+            s.record_injection(ids)
+            n["inject"] += 1
+    s.close()
+    Path(out).write_text(json.dumps(n))
+
+
+def _merger(path, barrier, out):
+    s = _store(path)
+    barrier.wait(timeout=120)
+    kept = []
+    for i in range(N_PAIRS):
+        time.sleep(0.02)  # let counters land on both items first
+        kept.append(s.merge([f"A{i:03d}", f"B{i:03d}"], by="reliability").id)
+    s.close()
+    Path(out).write_text(json.dumps(kept))
+
+
+def _from_log(s: MemoryStore, id: str, before: int | None = None) -> dict:
+    "The counters `id` gained from the outcome/inject events (those with seq < `before`, if given)."
+    got = dict.fromkeys(("injected_count", "use_count", "success_count", "failure_count"), 0)
+    for e in s.events():
+        if id not in e["ids"] or (before is not None and e["seq"] >= before):
+            continue
+        if e["kind"] == "inject":
+            got["injected_count"] += 1
+        elif e["kind"] == "outcome":
+            got["use_count"] += 1
+            got["success_count" if e["detail"]["success"] else "failure_count"] += 1
+    return got
+
+
+def test_merge_concurrent_with_counters_keeps_every_increment(tmp_path):
+    db, n_rec = tmp_path / "m.db", 3
+    with MemoryStore(db) as s:
+        s.add_many([m for i in range(N_PAIRS) for m in _pair(i)])
+    barrier = CTX.Barrier(n_rec + 1)
+    outs = [tmp_path / f"r{w}.json" for w in range(n_rec)]
+    procs = [CTX.Process(target=_pair_recorder, args=(str(db), w, barrier, str(outs[w]))) for w in range(n_rec)]
+    procs.append(CTX.Process(target=_merger, args=(str(db), barrier, str(tmp_path / "m.json"))))
+    _run(procs)
+    assert json.loads((tmp_path / "m.json").read_text()) == [f"A{i:03d}" for i in range(N_PAIRS)]
+    calls = sum((Counter(json.loads(o.read_text())) for o in outs), Counter())
+    with MemoryStore(db) as s:
+        assert s.check() == []
+        assert len(s.events(kind="outcome")) == calls["outcome"]  # every acknowledged call is logged
+        assert len(s.events(kind="inject")) == calls["inject"]
+        merges = {e["ids"][0]: e for e in s.events(kind="merge")}
+        assert sorted(merges) == [f"A{i:03d}" for i in range(N_PAIRS)]
+        for i in range(N_PAIRS):
+            a, b = s.get(f"A{i:03d}"), s.get(f"B{i:03d}")
+            seq = merges[a.id]["seq"]
+            want = {k: v + _from_log(s, b.id, before=seq)[k] for k, v in _from_log(s, a.id).items()}
+            got = {k: getattr(a, k) for k in want}
+            assert got == want, f"pair {i}: kept item's counters {got} != own + merged increments {want}"
+            assert a.status == "active" and b.status == "archived"
+            assert any(a.id in r for r in b.status_reasons), b.status_reasons
+        assert s.count() == N_PAIRS and s.count(status="archived") == N_PAIRS
+
+
+# ------------------------------------------------------------------ search catch-up
+
+def _archiver(path, ids, barrier, out):
+    s = _store(path)
+    barrier.wait(timeout=120)
+    for i in ids:
+        s.archive([i], "reliability: no longer used", by="reliability")
+    s.close()
+    Path(out).write_text("done")
+
+
+def _searcher_loop(path, barrier, stop_file, out):
+    "Search continuously while another process archives; no error, and count what came back."
+    from procmem.retrieval import retrieve_memories
+    s = _store(path)
+    barrier.wait(timeout=120)
+    n = 0
+    rng = random.Random(5)
+    while not os.path.exists(stop_file):
+        i = rng.randrange(40)
+        s.search(f"gauge zk{i}", k=5)
+        retrieve_memories(s, f"Calibrate the lever gauge zk{i} that drifts", k=3, record=False)
+        n += 1
+    s.close()
+    Path(out).write_text(json.dumps({"searches": n}))
+
+
+def test_archived_items_leave_every_other_process_search(tmp_path):
+    from procmem.inject import format_memories_for_injection
+    from procmem.retrieval import retrieve_memories
+    db = tmp_path / "m.db"
+    with MemoryStore(db) as s:
+        s.add_many([_item(i) for i in range(40)])
+    gone = [f"L{i:03d}" for i in range(0, 40, 2)]
+    viewer = MemoryStore(db)  # a long-lived process's view, index built before the archive
+    assert viewer.search("gauge zk2", k=1)[0][0].id == "L002"
+    barrier, stop = CTX.Barrier(2), tmp_path / "stop"
+    arch = CTX.Process(target=_archiver, args=(str(db), gone, barrier, str(tmp_path / "a")))
+    srch = CTX.Process(target=_searcher_loop, args=(str(db), barrier, str(stop), str(tmp_path / "s.json")))
+    arch.start()
+    srch.start()
+    arch.join(300)
+    stop.write_text("")
+    srch.join(300)
+    assert (arch.exitcode, srch.exitcode) == (0, 0)
+    assert json.loads((tmp_path / "s.json").read_text())["searches"] > 0
+    for i in range(40):
+        doc = f"L{i:03d}"
+        hits = [m.id for m, _ in viewer.search(f"gauge zk{i}", k=40)]
+        got = [m.id for m in retrieve_memories(viewer, f"Calibrate the lever gauge zk{i} that drifts", k=40,
+                                               record=False, min_relevance=0)]
+        if doc in gone:
+            assert doc not in hits and doc not in got, (doc, hits, got)
+        else:
+            assert hits[0] == doc, (doc, hits)
+    block = format_memories_for_injection(retrieve_memories(viewer, "Calibrate the lever gauge", k=40, min_relevance=0),
+                                          budget_chars=100_000)
+    assert not [d for d in gone if f"zk{int(d[1:])} " in block or f"zk{int(d[1:])}\n" in block]
+    assert len(viewer) == 20 and len(viewer._index()) == 20
+    with MemoryStore(db) as other:  # restored by another process -> back in the long-lived view
+        other.restore(gone[:5], by="reliability")
+    for doc in gone[:5]:
+        assert viewer.search(f"gauge zk{int(doc[1:])}", k=1)[0][0].id == doc
+    assert len(viewer) == 25 and viewer.check() == []
+    viewer.close()
+
+
+# ------------------------------------------------------------------ restore_all racing archive
+
+def _archive_rounds(path, ids, barrier, out):
+    s = _store(path)
+    barrier.wait(timeout=120)
+    n = Counter()
+    for _ in range(3):
+        for i in ids:
+            try:
+                s.archive([i], "reliability: racing restore_all", by="reliability")
+                n["archived"] += 1
+            except StoreConflictError:  # already archived (not yet restored): a clean refusal
+                n["conflict"] += 1
+    s.close()
+    Path(out).write_text(json.dumps(n))
+
+
+def _restore_all_loop(path, barrier, stop_file, out):
+    s = _store(path)
+    barrier.wait(timeout=120)
+    n = restored = 0
+    while not os.path.exists(stop_file):
+        restored += len(s.restore_all(by="reliability"))
+        n += 1
+    s.close()
+    Path(out).write_text(json.dumps({"calls": n, "restored": restored}))
+
+
+def test_restore_all_racing_archive_ends_consistent(tmp_path):
+    db = tmp_path / "m.db"
+    ids = [f"L{i:03d}" for i in range(30)]
+    with MemoryStore(db) as s:
+        s.add_many([_item(i) for i in range(30)])
+    viewer = MemoryStore(db)
+    viewer.search("gauge", k=3)
+    barrier, stop = CTX.Barrier(2), tmp_path / "stop"
+    a = CTX.Process(target=_archive_rounds, args=(str(db), ids, barrier, str(tmp_path / "a.json")))
+    r = CTX.Process(target=_restore_all_loop, args=(str(db), barrier, str(stop), str(tmp_path / "r.json")))
+    a.start()
+    r.start()
+    a.join(300)
+    stop.write_text("")
+    r.join(300)
+    assert (a.exitcode, r.exitcode) == (0, 0)
+    arch, rest = json.loads((tmp_path / "a.json").read_text()), json.loads((tmp_path / "r.json").read_text())
+    assert arch["archived"] >= 30 and rest["restored"] > 0  # both really ran against each other
+    with MemoryStore(db) as s:
+        assert s.check() == [] and s.count(status=None) == 30 and not s.events(kind="delete")
+        last = {}
+        for e in s.events():
+            if e["kind"] in ("archive", "restore"):
+                for i in e["ids"]:
+                    last[i] = "archived" if e["kind"] == "archive" else "active"
+        assert len(s.events(kind="archive")) == arch["archived"]  # one event per acknowledged archive
+        for i in ids:
+            assert s.get(i).status == last[i], (i, s.get(i).status, last[i])
+        active = {m.id for m in s}
+        assert active == {i for i in ids if last[i] == "active"}
+        for v in (s, viewer):  # a fresh view and the long-lived one agree with the statuses
+            found = {m.id for m, _ in v.search("gauge", k=100)}
+            assert found == active, (sorted(found ^ active))
+            assert len(v) == len(active)
+    viewer.close()
+
+
+# ------------------------------------------------------------------ prune racing other writers
+
+def _purger(path, ids, barrier, out):
+    "Delete (purge) memories one by one, lowest ids first: the ones a max_items prune picks among equals."
+    s = _store(path)
+    barrier.wait(timeout=120)
+    n = 0
+    for i in ids:
+        s.delete(i)
+        n += 1
+    s.close()
+    Path(out).write_text(json.dumps({"deleted": n}))
+
+
+def _pruner(path, n, step, barrier, out):
+    s = _store(path)
+    barrier.wait(timeout=120)
+    errors, archived = [], 0
+    for k in range(1, 20):
+        try:
+            archived += len(s.prune(dry_run=False, max_items=n - k * step, by="reliability").archived)
+        except StoreError as e:
+            errors.append(f"{type(e).__name__}: {e}")
+    s.close()
+    Path(out).write_text(json.dumps({"errors": errors, "archived": archived}))
+
+
+def test_prune_racing_a_purge_neither_fails_nor_resurrects(tmp_path):
+    """prune decides and archives in one step: an item purged by another process between prune's read and
+    its write is simply not there any more (prune must not fail with MemoryNotFoundError, nor bring it back)."""
+    db, n, step = tmp_path / "m.db", 1500, 30
+    ids = [f"L{i:03d}" for i in range(n)]
+    with MemoryStore(db) as s:
+        s.add_many([_item(i) for i in range(n)])
+    barrier = CTX.Barrier(2)
+    _run([CTX.Process(target=_purger, args=(str(db), ids[:400], barrier, str(tmp_path / "d.json"))),
+          CTX.Process(target=_pruner, args=(str(db), n, step, barrier, str(tmp_path / "p.json")))])
+    got = json.loads((tmp_path / "p.json").read_text())
+    assert got["errors"] == [], got["errors"][:3]
+    with MemoryStore(db) as s:
+        assert s.count(status=None) == n - 400 and not set(ids[:400]) & {m.id for m in s.items(status=None)}
+        assert s.check() == [] and s.count() <= n - 19 * step
+
+
+# ------------------------------------------------------------------ an edit while the agent keeps running
+
+BUSY_EDITOR = textwrap.dedent("""
+    import json, sys
+    import procmem.store_status
+    from procmem import MemoryStore
+    db, mid, path = sys.argv[1], sys.argv[2], sys.argv[3]
+    with MemoryStore(db) as s:  # while the user is in the editor, the agent uses the memory 5 times
+        for k in range(5):
+            s.record_injection([mid])
+            s.record_outcome([mid], k % 2 == 0)
+    d = json.load(open(path))
+    d["content"] = d["content"] + "\\n- Confirm the gauge reads zero afterwards."
+    json.dump(d, open(path, "w"))
+""")
+
+
+def test_cli_edit_while_the_memory_is_in_use_keeps_both(tmp_path):
+    "`procmem edit` (an editor open for a while) and the agent's counters on the same memory: both land."
+    db = tmp_path / "m.db"
+    with MemoryStore(db) as s:
+        s.add_many([_item(i) for i in range(3)])
+        s.record_outcome(["L001"], True)
+    script = tmp_path / "editor.py"
+    script.write_text(BUSY_EDITOR)
+    editor = tmp_path / "editor.sh"
+    editor.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{script}" "{db}" L001 "$1"\n')
+    editor.chmod(0o755)
+    env = {**os.environ, "EDITOR": str(editor), "PYTHONWARNINGS": ""}
+    env.pop("VISUAL", None)
+    r = subprocess.run([sys.executable, "-m", "procmem.cli", "--store", str(db), "edit", "L001"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    with MemoryStore(db) as s:
+        m = s.get("L001")
+        assert m.content.endswith("Confirm the gauge reads zero afterwards.")
+        assert (m.use_count, m.success_count, m.failure_count, m.injected_count) == (6, 4, 2, 5)
+        assert [e["kind"] for e in s.events()][-1] == "edit" and s.check() == []
+
+
+# ------------------------------------------------------------------ crash safety
+
+MERGER = textwrap.dedent("""
+    import sys
+    import procmem.store_status, procmem.lifecycle
+    from procmem import MemoryStore
+    s = MemoryStore(sys.argv[1])
+    for i in range(int(sys.argv[2])):
+        s.merge([f"A{i:03d}", f"B{i:03d}"], by="crash-test")
+        print(f"merged {i}", flush=True)
+""")
+
+PRUNER = textwrap.dedent("""
+    import sys
+    import procmem.store_status, procmem.lifecycle
+    from procmem import MemoryStore
+    s = MemoryStore(sys.argv[1])
+    n = s.count()
+    while n > 10:
+        n -= int(sys.argv[2])
+        rep = s.prune(dry_run=False, max_items=n, by="crash-test")
+        print("pruned " + " ".join(rep.archived), flush=True)
+""")
+
+
+class _Lines:
+    "A child's stdout read on a thread (from tests/test_crash.py)."
+    def __init__(self, proc):
+        self.lines, self.eof, self._cv = [], False, threading.Condition()
+        self._t = threading.Thread(target=self._pump, args=(proc,), daemon=True)
+        self._t.start()
+
+    def _pump(self, proc):
+        for line in proc.stdout:
+            with self._cv:
+                self.lines.append(line.rstrip("\n"))
+                self._cv.notify_all()
+        with self._cv:
+            self.eof = True
+            self._cv.notify_all()
+
+    def wait_until(self, pred, timeout=120):
+        with self._cv:
+            self._cv.wait_for(lambda: self.eof or pred(self.lines), timeout)
+            assert pred(self.lines), f"child ended or timed out first; last lines {self.lines[-5:]}"
+
+    def finish(self) -> list[str]:
+        self._t.join(30)
+        return list(self.lines)
+
+
+def _spawn(code, *args):
+    return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _kill_after(proc, out, n_lines, delay):
+    out.wait_until(lambda ls: len(ls) >= n_lines)
+    time.sleep(delay)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    return out.finish()
+
+
+def _open_cleanly(db) -> MemoryStore:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", QuarantineWarning)  # a crash must never make the store look foreign
+        s = MemoryStore(db)
+    v = validate_store(db)
+    assert v["ok"] and s.check() == [], v["problems"]
+    return s
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1])
+def test_sigkill_in_a_merge_loop_leaves_each_merge_all_or_nothing(tmp_path, seed):
+    db, n = tmp_path / "m.db", 400
+    with MemoryStore(db) as s:
+        s.add_many([m for i in range(n) for m in _pair(i)])
+        before = {m.id: m.to_dict() for m in s.items(status=None)}
+    proc = _spawn(MERGER, db, n)
+    rng = random.Random(seed)
+    lines = _kill_after(proc, _Lines(proc), rng.randint(3, 40), rng.uniform(0, 0.05))
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read()[-2000:]
+    acked = {int(l.split()[1]) for l in lines if l.startswith("merged ")}
+    assert len(acked) < n, "the loop finished before the kill; the test did not hit it"
+    s = _open_cleanly(db)
+    merged = set()
+    for i in range(n):
+        a, b = s.get(f"A{i:03d}"), s.get(f"B{i:03d}")
+        if b.status == "archived":  # merged: the kept item holds both items' bullets and a lineage entry
+            assert a.status == "active" and a.lineage and "Alert the on-call owner" in a.content, (i, a.content)
+            assert "Check the backlog" in a.content
+            merged.add(i)
+        else:  # not merged: both exactly as before
+            assert a.to_dict() == before[a.id] and b.to_dict() == before[b.id], i
+    assert acked <= merged and len(merged - acked) <= 1, (sorted(acked)[-3:], sorted(merged - acked))
+    assert len(s.events(kind="merge")) == len(merged)
+    assert s.count(status=None) == 2 * n and s.count() == 2 * n - len(merged)
+    found = {m.id for m, _ in s.search("restart worker queue", k=2 * n)}
+    assert found == {m.id for m in s} and len(s._index()) == len(s)
+    s.close()
+
+
+@pytest.mark.slow
+def test_sigkill_in_a_prune_loop_archives_only_with_an_event(tmp_path):
+    db, n, step = tmp_path / "m.db", 3000, 40
+    with MemoryStore(db) as s:
+        s.add_many([_item(i) for i in range(n)])
+    proc = _spawn(PRUNER, db, step)
+    rng = random.Random(3)
+    lines = _kill_after(proc, _Lines(proc), rng.randint(2, 8), rng.uniform(0, 0.05))
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read()[-2000:]
+    acked = [l.split()[1:] for l in lines if l.startswith("pruned")]
+    assert len(acked) < (n - 10) // step, "the loop finished before the kill"
+    s = _open_cleanly(db)
+    archived = {m.id for m in s.items(status="archived")}
+    logged = [set(e["ids"]) for e in s.events(kind="archive")]
+    assert set().union(*logged) == archived  # no archived item without its event, no event without effect
+    assert {i for rep in acked for i in rep} <= archived  # every acknowledged prune is there
+    assert all(len(ids) == step for ids in logged), [len(x) for x in logged]  # each prune whole or not at all
+    assert s.count(status=None) == n and len(s) == n - len(archived) and not s.events(kind="delete")
+    found = {m.id for m, _ in s.search("calibrate lever gauge", k=n)}  # the index caught up with the crash
+    assert found == {m.id for m in s} and not found & archived and len(s._index()) == len(s)
+    s.close()
