@@ -22,7 +22,7 @@ For every source, `signals` lists the candidate signs tried (fired n times; shar
 them, against the source's base rate): what a rule could use, and why most were not used.
 The mirrors are bare git repositories brought by the `fetch` tool (read with `git show`); nothing of them
 is committed. Trajectories are read with procmem's own adapters, then `hide_outcome`.
-Metrics (procmem.judge.judge_agreement): coverage = share of runs decided (not abstained); accuracy and
+Metrics (procmem.judge.agreement_metrics): coverage = share of runs decided (not abstained); accuracy and
 balanced accuracy among decided runs; false-success rate = labelled failures judged success / all labelled
 failures.
 """
@@ -35,7 +35,7 @@ from _common import REPO, git_commit
 sys.path.insert(0, str(REPO))
 from procmem.agent_logs import from_minisweagent  # noqa: E402
 from procmem.ingest import read_logs, read_trajectories  # noqa: E402
-from procmem.judge import _cut_off, _last_tests, _patch_of, _run_of, judge_agreement, judge_trajectory, offline_judge  # noqa: E402
+from procmem.judge import _cut_off, _last_tests, _patch_of, _run_of, agreement_metrics, judge_trajectory, offline_judge  # noqa: E402
 from procmem.research_logs import from_reflexion_log  # noqa: E402
 from procmem.trajectory import hide_outcome  # noqa: E402
 
@@ -206,7 +206,7 @@ def evaluate(source: str, runs, signals: dict, llm=None, per_source=None) -> lis
         kinds = Counter(j.kind for j in js)
         top = Counter(j.reason.split(":")[0][:90] for j in js if j.is_success is None).most_common(3)
         rows.append(dict(source=source, split=split, kinds=dict(kinds), successes=sum(ys), failures=len(ys) - sum(ys),
-                         **_round(judge_agreement(js, ys)), abstained_because=dict(top)))
+                         **_round(agreement_metrics(js, ys)), abstained_because=dict(top)))
     return rows
 
 

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['ARMS', 'FrozenStoreError', 'store_copies', 'ab_test', 'mcnemar_exact', 'summarize_ab', 'judge_agreement']
 
-# %% ../nbs/18_eval.ipynb #b862a26c
+# %% ../nbs/18_eval.ipynb #67f4e78b
 import hashlib
 import inspect
 import json
@@ -21,7 +21,7 @@ import numpy as np
 
 from .core import LIMITS, MemoryItem
 from .judge import Judgment, attributable, judge_trajectory, verdict_label
-from .judge import judge_agreement as _agreement
+from .judge import agreement_metrics
 from .loop import _judge_step, run_with_memory
 from .store import MemoryStore, ReadOnlyWarning, StoreError
 from .text import fold_text
@@ -485,7 +485,20 @@ def _paired_stats(d, arm: str, base: str, n_boot: int, rng, ci: float) -> dict:
         n_pairs=len(diff),
     )
 
-# %% ../nbs/18_eval.ipynb #67d78495
+# %% ../nbs/18_eval.ipynb #f7af1361
+_BASELINE_ROW = dict(
+    diff=0.0, diff_ci_low=0.0, diff_ci_high=0.0, p_value=float("nan"), helped=0, harmed=0
+)
+
+
+def _summary_row(d, df, arm: str, baseline: str, boot: tuple) -> dict:
+    "One arm's row of the summary: its own stats, and its comparison with the baseline."
+    row = _arm_stats(d, df, arm, *boot)
+    if arm == baseline:
+        return dict(row, **_BASELINE_ROW, n_pairs=row["n"])
+    return dict(row, **_paired_stats(d, arm, baseline, *boot))
+
+# %% ../nbs/18_eval.ipynb #45bc695f
 def summarize_ab(
     df,  # ab_test's frame (or any frame with task_id, arm, repeat and the outcome column)
     baseline: str = "none",  # the arm the others are compared with
@@ -505,22 +518,9 @@ def summarize_ab(
     if baseline not in arms:
         raise ValueError(f"summarize_ab: no baseline arm {baseline!r} in the frame (arms: {arms})")
     arms = [baseline] + [a for a in arms if a != baseline]
-    rng, rows = np.random.default_rng(seed), []
-    for arm in arms:
-        row = _arm_stats(d, df, arm, n_boot, rng, ci)
-        if arm == baseline:
-            row.update(
-                diff=0.0,
-                diff_ci_low=0.0,
-                diff_ci_high=0.0,
-                p_value=float("nan"),
-                helped=0,
-                harmed=0,
-                n_pairs=row["n"],
-            )
-        else:
-            row.update(_paired_stats(d, arm, baseline, n_boot, rng, ci))
-        rows.append(dict(row, outcome=outcome, missing=int(missing.get(arm, 0))))
+    rng = np.random.default_rng(seed)
+    rows = [_summary_row(d, df, arm, baseline, (n_boot, rng, ci)) for arm in arms]
+    rows = [dict(r, outcome=outcome, missing=int(missing.get(r["arm"], 0))) for r in rows]
     out = pd.DataFrame(rows)
     test = "exact sign test over tasks (with one repeat: McNemar's exact test)"
     out.attrs.update(baseline=baseline, outcome=outcome, ci=ci, n_boot=n_boot, seed=seed, test=test)
@@ -563,7 +563,7 @@ def _verdict(judge, traj: Trajectory, llm):
         return j
     raise TypeError(f"the judge returned {type(j).__name__}, not a Judgment, bool or None")
 
-# %% ../nbs/18_eval.ipynb #53c45911
+# %% ../nbs/18_eval.ipynb #a1523071
 def judge_agreement(
     trajectories,  # labelled runs (Trajectory, or anything as_trajectory reads)
     judge=judge_trajectory,  # judge(trajectory[, llm=]) -> Judgment (or bool / None)
@@ -578,7 +578,7 @@ def judge_agreement(
         raise ValueError("judge_agreement needs at least one trajectory")
     ys = _labels(runs, truth)
     preds = [_verdict(judge, hide_outcome(t) if hide else t, llm) for t in runs]
-    return _agreement(preds, ys)
+    return agreement_metrics(preds, ys)
 
 # %% ../nbs/18_eval.ipynb #2ab83fc0
 def _sim_agent(task: str, block: str, seed=None):

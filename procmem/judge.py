@@ -26,7 +26,7 @@ __all__ = ['FAILURE_CLASSES', 'RUN_CAUSES', 'STAGE_CAUSES', 'EXTRINSIC_CAUSES', 
            'attributable', 'verdict_label', 'extrinsic_cause', 'unresolved_errors', 'extrinsic_judgment', 'error_cause',
            'stage_failure', 'harness_judgment', 'answer_grounding', 'answer_shape_problems', 'false_comparison',
            'run_kind', 'offline_judge', 'ground_truth_judgment', 'JudgeVerdict', 'judge_prompt', 'verdict_judgment',
-           'llm_judge', 'judge_trajectory', 'answer_in_observation_judge', 'judge_agreement']
+           'llm_judge', 'judge_trajectory', 'answer_in_observation_judge', 'agreement_metrics']
 
 # %% ../nbs/09_judge.ipynb #e9cd9ede
 FAILURE_CLASSES = ("intrinsic", "adaptive", "extrinsic")
@@ -1361,7 +1361,7 @@ def _rate(num: int, den: int) -> float:
     return num / den if den else float("nan")
 
 
-def judge_agreement(
+def agreement_metrics(
     predicted,  # judged success per run: True, False or None (abstained), or `Judgment`s
     actual,  # true success, one bool per run
 ) -> dict:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from procmem.judge import (CONFIDENCE_SCORES, FAILURE_CLASSES, JUDGE_SYSTEM, RUN_KINDS, JudgeVerdict, Judgment, answer_in_observation_judge,
-                           attributable, extrinsic_cause, judge_agreement, judge_prompt, judge_trajectory, offline_judge, run_kind,
+                           attributable, extrinsic_cause, agreement_metrics, judge_prompt, judge_trajectory, offline_judge, run_kind,
                            verdict_judgment, verdict_label)
 from procmem.ingest import read_logs, read_trajectories
 from procmem.llm import DEFAULT_MODEL, LLMError
@@ -251,8 +251,8 @@ def test_offline_judge_meets_the_targets_on_held_out_questions():
     assert len({t.task for t in held}) >= 40  # about half of the 100 questions
     hidden = [hide_outcome(t) for t in held]
     truth = [t.outcome["success"] for t in held]
-    ours = judge_agreement([judge_trajectory(h, step_budget=6) for h in hidden], truth)
-    base = judge_agreement([answer_in_observation_judge(h) for h in hidden], truth)
+    ours = agreement_metrics([judge_trajectory(h, step_budget=6) for h in hidden], truth)
+    base = agreement_metrics([answer_in_observation_judge(h) for h in hidden], truth)
     assert ours["false_success_rate"] <= 0.10 and ours["accuracy"] >= 0.75 and ours["balanced_accuracy"] >= 0.70, ours
     assert ours["coverage"] >= 0.50, ours  # offline-rules-v3 (v2: 0.47)
     assert ours["false_success_rate"] <= base["false_success_rate"] - 0.3, (ours, base)
@@ -335,8 +335,8 @@ def test_tau_bench_excerpt_no_wrong_verdict():
     assert [t.id for t, j in pairs if j.is_success not in (None, t.outcome["success"])] == []
 
 
-def test_judge_agreement_with_abstentions():
-    m = judge_agreement([True, None, False, None, True], [True, False, False, True, False])
+def test_agreement_metrics_with_abstentions():
+    m = agreement_metrics([True, None, False, None, True], [True, False, False, True, False])
     assert (m["coverage"], m["abstained"], m["tp"], m["fp"], m["tn"]) == (0.6, 2, 1, 1, 1)
     assert m["false_success_rate"] == 1 / 3  # over all 3 labelled failures, decided or not
     assert m["accuracy"] == 2 / 3
