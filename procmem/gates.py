@@ -282,7 +282,7 @@ def _version(m: MemoryItem) -> dict:
         "replaced_at": utc_now(),
     }
 
-# %% ../nbs/11_gates.ipynb #0da3bb6c
+# %% ../nbs/11_gates.ipynb #16bc4d1e
 def _still_active(target: MemoryItem) -> MemoryItem:
     "`target`, unless it was quarantined since the search found it (StoreConflictError then)."
     if target.status != "active":
@@ -313,10 +313,12 @@ def _replacement(target: MemoryItem, new: MemoryItem) -> MemoryItem:
 
 
 def _merged(target: MemoryItem, new: MemoryItem) -> MemoryItem:
-    """`target` confirmed, with `new`'s task as one more example query; an independent
-    confirmation (a run of another task, see `procmem.trust`) is counted in its provenance."""
-    record_confirmation(_still_active(target), new)
-    return target.confirm().add_example_query(new.task_query or "")
+    """`target` with `new`'s task as one more example query, confirmed (+0.1, counted in its
+    provenance) only when `new` is an independent confirmation (a run of another task or
+    trajectory, see `procmem.trust`): re-learning the same run is not evidence."""
+    if record_confirmation(_still_active(target), new):
+        target.confirm()
+    return target.add_example_query(new.task_query or "")
 
 # %% ../nbs/11_gates.ipynb #7a922672
 def apply_dedup(

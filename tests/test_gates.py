@@ -211,13 +211,17 @@ def test_strip_leaves_other_text_alone(before, after, n):
 
 # ---------------------------------------------------------------- store state after apply
 
-def test_merge_raises_confidence(store, pack):
-    twin = copy.deepcopy(pack[3]); twin.id = "another-id"  # same title and content
+def test_merge_raises_confidence_only_for_an_independent_confirmation(store, pack):
+    twin = copy.deepcopy(pack[3]); twin.id = "another-id"  # same title, content and task: re-learned, not confirmed
     r = run_gates(twin, store)
     assert (r.action, r.target.id) == ("merge", pack[3].id)
     stored = apply_gate(r, twin, store)
+    assert stored.id == pack[3].id and store.get(pack[3].id).confidence == 0.1
+    other = dataclasses.replace(copy.deepcopy(pack[3]), id="other-task", task_query="Which properties have Person as domain?")
+    stored = apply_gate(run_gates(other, store), other, store)  # learned from another task: +0.1
     assert stored.id == pack[3].id and store.get(pack[3].id).confidence == 0.2
-    assert "another-id" not in store and len(store) == 7
+    assert store.get(pack[3].id).provenance["confirmations"] == 1
+    assert "another-id" not in store and "other-task" not in store and len(store) == 7
 
 
 def _refined(item, n=0, task="Group the search hits of a big ontology by type"):
@@ -234,8 +238,8 @@ def test_replace_starts_the_new_text_fresh_and_keeps_the_old_in_lineage(store, p
     "Issue 6 point 13: a replace does not carry the old text's record over to the new text."
     for ok in (True, True, True, True, False):
         store.record_outcome([pack[4].id], ok)
-    for n in range(2):  # learned twice more: the store confirms it (+0.1 confidence each)
-        store.add(dataclasses.replace(copy.deepcopy(pack[4]), id=f"again-{n}"))
+    for n in range(2):  # learned twice more, from other tasks: the store confirms it (+0.1 confidence each)
+        store.add(dataclasses.replace(copy.deepcopy(pack[4]), id=f"again-{n}", task_query=f"another task {n}"))
     old = store.get(pack[4].id)
     assert (old.use_count, old.success_count, old.failure_count, old.confidence) == (5, 4, 1, 0.3)
     refined = _refined(pack[4])
