@@ -1,13 +1,18 @@
 """procmem.lifecycle (issue 9): utility, harmful demotion, prune/restore, merge, history."""
+import dataclasses, hashlib, json, sqlite3, subprocess, sys, textwrap, time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import fastcore.test as ft
 import pytest
 
 from procmem.bootstrap import bootstrap_general_strategies
 from procmem.core import MemoryItem
-from procmem import lifecycle as lc
-from procmem.lifecycle import utility, is_harmful
+from procmem import lifecycle as lc  # also patches MemoryStore: prune, and (via editing) merge, history
+from procmem.editing import MergeRefusedError, merge_candidates
+from procmem.gates import _version
+from procmem.lifecycle import PruneReport, demote_harmful, is_harmful, utility
+from procmem.store import MemoryNotFoundError, MemoryStore, StoreReadOnlyError, read_memory_file
 
 T0 = "2026-01-01T00:00:00+00:00"
 
@@ -100,8 +105,6 @@ def test_is_harmful_thresholds():
 
 
 # ---- demotion -------------------------------------------------------------------------------
-from procmem.store import MemoryStore, StoreReadOnlyError
-from procmem.lifecycle import demote_harmful
 
 
 @pytest.fixture
@@ -176,13 +179,7 @@ def test_demote_harmful_errors(bank):
 
 
 # ---- prune / restore ------------------------------------------------------------------------
-import dataclasses, hashlib, json, sqlite3, subprocess, sys, textwrap, time
-from pathlib import Path
 
-import procmem.lifecycle  # noqa: F401  (patches MemoryStore: prune, merge, history)
-from procmem.gates import _version
-from procmem.lifecycle import MergeRefusedError, PruneReport, merge_candidates
-from procmem.store import MemoryNotFoundError, read_memory_file
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NOW = "2025-06-01T00:00:00+00:00"
