@@ -270,10 +270,10 @@ def validate(self: MemoryItem) -> MemoryItem:
     _check_dicts(self)
     return self
 
-# %% ../nbs/00_core.ipynb #40ee993e
+# %% ../nbs/00_core.ipynb #57674589
 @patch
 def confirm(self: MemoryItem) -> MemoryItem:
-    "Raise confidence by 0.1 (at most 1.0) because the same memory was learned again."
+    "Raise confidence by 0.1 (at most 1.0): the same memory was learned again, independently."
     self.confidence = min(1.0, round(self.confidence + 0.1, 6))
     return self
 

@@ -912,7 +912,7 @@ def _index(self: MemoryStore) -> BM25Index:
         self._bm25, self._bm25_rev = ix, self._adopt(ix)  # base + overlay reflect this revision
     return ix
 
-# %% ../nbs/03_index.ipynb #6cda2d1f
+# %% ../nbs/03_index.ipynb #43fd259a
 @patch
 def _feed_index(self: MemoryStore, ix: BM25Index, bulk: bool = False):
     "Bring `ix` to the store's revision: changes go to its overlay, or (`bulk`) into a new base."
@@ -921,7 +921,7 @@ def _feed_index(self: MemoryStore, ix: BM25Index, bulk: bool = False):
         rev = int(c.execute("SELECT value FROM meta WHERE key='rev'").fetchone()[0])
         deleted = [r[0] for r in c.execute("SELECT id FROM tombstones WHERE rev > ?", (base,))]
         inactive = c.execute(_INACTIVE_SQL.format(status=self._status_sql), (base,))
-        deleted += [r[0] for r in inactive]  # quarantined since: out of the index
+        deleted += [r[0] for r in inactive]  # quarantined or archived since: out of the index
         rows = (
             (i, text, dict(domain=d, source_type=st))
             for i, text, d, st in c.execute(_ROWS_SQL.format(status=self._status_sql), (base,))
@@ -1001,7 +1001,7 @@ def _index_in_ram(self: MemoryStore, e: OSError) -> BM25Index:
         self._feed_index(ix)
     return ix
 
-# %% ../nbs/03_index.ipynb #a2aeef24
+# %% ../nbs/03_index.ipynb #1e2d2235
 @patch
 def search(
     self: MemoryStore, query: str, k: int = 5, domain=None, source_type=None
@@ -1013,7 +1013,7 @@ def search(
     filters = {"domain": domain, "source_type": source_type}  # each a value or a list of values
     hits = self.sync_index().search(query, k, filters=filters)
     found = self.get_many([i for i, _ in hits])  # an id deleted meanwhile is skipped
-    items = {m.id: m for m in found if m.status == "active"}  # and one quarantined meanwhile
+    items = {m.id: m for m in found if m.status == "active"}  # and one put away meanwhile
     return [(items[i], score) for i, score in hits if i in items]
 
 # %% ../nbs/03_index.ipynb #825e7c21
