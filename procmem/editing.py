@@ -20,7 +20,7 @@ from . import retrieval as _retrieval  # adds MemoryStore.search (merge_candidat
 from .lifecycle import utility, _as_now, _check_number, _check_store, _id_list
 
 # %% auto #0
-__all__ = ['BULLET_DUPLICATE', 'MergeRefusedError', 'merge_candidates']
+__all__ = ['BULLET_DUPLICATE', 'CONTENT_SAME', 'MergeRefusedError', 'merge_candidates']
 
 # %% ../nbs/16b_editing.ipynb #437f7c04
 BULLET_DUPLICATE = 0.8  # word-set Jaccard at or above which two lines say the same thing
@@ -292,7 +292,10 @@ def history(self: MemoryStore, id: str) -> list[dict]:  # the memory (any status
     rows[0]["current"] = True
     return rows
 
-# %% ../nbs/16b_editing.ipynb #77388667
+# %% ../nbs/16b_editing.ipynb #fd36881f
+CONTENT_SAME = 0.9  # content cosine at which two memories say the same, whatever their titles
+
+
 def _pairs_of(store: MemoryStore, m: MemoryItem, threshold: float) -> list[tuple[str, float]]:
     "(id, similarity) of the stored memories `m` duplicates, by gates' rule or the threshold."
     kinds = list(POLARITY_SOURCE_TYPES[memory_polarity(m)])
@@ -305,7 +308,8 @@ def _pairs_of(store: MemoryStore, m: MemoryItem, threshold: float) -> list[tuple
             continue
         d = compare_memories(m, o)
         sim = max(d.title_similarity, d.content_similarity)
-        if d.action != "add" or (sim >= threshold and not _title_conflict(m, o)):
+        same = d.content_similarity >= CONTENT_SAME or not _title_conflict(m, o)
+        if d.action != "add" or (sim >= threshold and same):
             out.append((o.id, sim))
     return out
 

@@ -625,3 +625,21 @@ def test_merge_refuses_a_result_over_the_content_limit(bank):
     with pytest.raises(MergeRefusedError, match="not valid: MemoryItem.content"):
         bank.merge(["big1", "big2"])
     ft.test_eq({bank.get(i).status for i in ("big1", "big2")}, {"active"})
+
+
+def test_merge_candidates_pairs_a_rewritten_reflexion_lesson_and_not_other_tasks():
+    "Real ALFWorld reflections: env_4's lesson rewritten after the next trial is one group; other envs stay apart."
+    from procmem.ingest import read_logs
+    from procmem.reflexion_lessons import import_lessons
+    s = MemoryStore()
+    import_lessons(read_logs(FIXTURES / "trajectories" / "reflexion" / "alfworld").candidates, s)
+    groups = merge_candidates(s)
+    ft.test_eq(len(groups), 1)
+    titles = sorted(groups[0]["titles"])
+    ft.test_eq(len(titles), 2)
+    assert all("spraybottle" in t for t in titles), titles
+    first, second = (s.get(i) for i in groups[0]["ids"])
+    m = s.merge(groups[0]["ids"], by="tester")
+    ft.test_eq(m.content, first.content)  # the rewrite's paragraph is near-identical (Jaccard >= 0.8)
+    ft.test_eq(s.get(second.id).status, "archived")
+    assert second.task_query in m.example_queries or second.task_query == first.task_query
