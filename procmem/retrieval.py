@@ -254,7 +254,7 @@ def _check_args(task, k, source_type):
     if bad:
         raise ValueError(f"unknown source_type {sorted(bad)}; use one of {', '.join(SOURCE_TYPES)}")
 
-# %% ../nbs/04_retrieval.ipynb #325476a0
+# %% ../nbs/04_retrieval.ipynb #4a04de64
 def _floor_hits(store: MemoryStore, hits: list, task: str, floor: float):
     """The `(item, relevance, BM25 score)` of `hits` whose relevance is at least `floor`, lazily,
     in BM25 order."""
@@ -322,11 +322,38 @@ def retrieve_memories(
         dict | None
     ) = None,  # filled with id -> reasons of relevant items the read checks refused
     exclude_ids=(),  # ids never returned (e.g. memories learned from this very task)
-    use_utility: bool = False,  # re-rank what cleared the floor by relevance x utility factor
+    use_utility: bool = False,  # re-rank what cleared the floor by BM25 x utility factor
     now=None,  # the time utility is computed at (datetime or ISO-8601; None: the current time)
 ) -> list:
     """Up to `k` memories relevant to `task` that pass the read checks, best first; [] when none
     clears `min_relevance`."""
+    opts = dict(domain=domain, source_type=source_type, min_relevance=min_relevance)
+    opts.update(candidates=candidates, by_form=by_form, min_confirmations=min_confirmations)
+    opts.update(refused=refused, exclude_ids=exclude_ids, use_utility=use_utility, now=now)
+    out = _retrieve(store, task, k, quarantine=record, **opts)
+    if record and out:
+        store.record_access([m.id for m, _ in out])
+    return out if with_scores else [m for m, _ in out]
+
+
+def _retrieve(
+    store: MemoryStore,
+    task: str,
+    k: int,
+    quarantine: bool,  # quarantine what the read checks found something in (a writable store)
+    domain=None,
+    source_type=None,
+    min_relevance: float = DEFAULT_MIN_RELEVANCE,
+    candidates: int = DEFAULT_CANDIDATES,
+    by_form: bool = True,
+    min_confirmations: int = DEFAULT_MIN_CONFIRMATIONS,
+    refused: dict | None = None,
+    exclude_ids=(),
+    use_utility: bool = False,
+    now=None,
+) -> list:
+    """`retrieve_memories`' `(item, relevance)` pairs, counting no access (the loop counts access
+    and injection in one transaction)."""
     _check_args(task, k, source_type)
     refused = {} if refused is None else _check_refused(refused)
     exclude = _check_exclude(exclude_ids)
@@ -340,11 +367,9 @@ def retrieve_memories(
     out = _relevant_hits(store, hits, task, k, min_relevance, ok, rank)
     if not out and by_form:  # nothing by its words: memories of the task's question form, if any
         out = _form_hits(store, task, k, min_relevance, ok, domain=domain, source_type=source_type)
-    if record and flagged and not store.readonly:
+    if quarantine and flagged and not store.readonly:
         _quarantine_on_read(store, flagged)
-    if record and out:
-        store.record_access([m.id for m, _ in out])
-    return out if with_scores else [m for m, _ in out]
+    return out
 
 # %% ../nbs/04_retrieval.ipynb #ae6c2176
 def _read_filter(task: str, min_confirmations: int, refused: dict) -> tuple:

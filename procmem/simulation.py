@@ -499,13 +499,13 @@ def null_extractor(run, judgment, llm=None, domain=None) -> list:
     "An extractor that learns nothing: the simulation measures ranking only."
     return []
 
-# %% ../nbs/16a_usefulness.ipynb #65a196a9
+# %% ../nbs/16a_usefulness.ipynb #64be2434
 _RANK_DEPTH = 10  # memories ranked per task when recording where the two memories stand
 
 
-def _ranks(store: MemoryStore, task: str, f: TaskFamily, use_utility: bool) -> tuple:
+def _ranks(store: MemoryStore, task: str, f: TaskFamily, use_utility: bool, now=None) -> tuple:
     "(rank of the helpful memory, rank of the harmful one) for `task`: 1 = first; None: absent."
-    kw = dict(k=_RANK_DEPTH, record=False, use_utility=use_utility)
+    kw = dict(k=_RANK_DEPTH, record=False, use_utility=use_utility, now=now)
     ids = [m.id for m in retrieve_memories(store, task, **kw)]
     rank = {i: n for n, i in enumerate(ids, 1)}
     return rank.get(f"sim-{f.name}-helpful"), rank.get(f"sim-{f.name}-harmful")
@@ -515,10 +515,10 @@ def _below(helpful: int | None, harmful: int | None) -> bool:
     "Whether the harmful memory ranks below the helpful one (absent counts as last)."
     return helpful is not None and (harmful is None or harmful > helpful)
 
-# %% ../nbs/16a_usefulness.ipynb #dad7a941
+# %% ../nbs/16a_usefulness.ipynb #d1528d33
 def _sim_run(store, agent, f: TaskFamily, task: str, use: int, **loop_kw) -> dict:
     "One run of the simulation through `run_with_memory`: ranks before it, what happened."
-    helpful, harmful = _ranks(store, task, f, loop_kw["use_utility"])
+    helpful, harmful = _ranks(store, task, f, loop_kw["use_utility"], loop_kw["now"])
     r = run_with_memory(task, agent, store, judge=truth_judge, extractor=null_extractor, **loop_kw)
     truth = r.trajectory.metadata["simulation"]
     demoted = [(i, store.get(i).failure_count, store.get(i).use_count) for i in r.demoted]
@@ -537,9 +537,7 @@ def _sim_run(store, agent, f: TaskFamily, task: str, use: int, **loop_kw) -> dic
 
 def _sim_arm(families: list, uses: int, seed: int, probs: dict, **loop_kw) -> list[dict]:
     "One arm on a fresh bank: `uses` rounds over the families with a fresh agent of `seed`."
-    from procmem.core import utc_now
-
-    store = sim_store([f.name for f in families], created_at=utc_now())  # no age: no decay
+    store = sim_store([f.name for f in families])  # born at _CREATED_AT, the simulation's clock
     agent = ScriptedAgent(seed, **probs)
     return [
         _sim_run(store, agent, f, f.tasks[u % len(f.tasks)], u, **loop_kw)
@@ -547,7 +545,7 @@ def _sim_arm(families: list, uses: int, seed: int, probs: dict, **loop_kw) -> li
         for f in families
     ]
 
-# %% ../nbs/16a_usefulness.ipynb #7a414d33
+# %% ../nbs/16a_usefulness.ipynb #138b9eb3
 def _seeds(seed) -> list[int]:
     "`seed` (an int or several) as a non-empty list of ints."
     seeds = [seed] if isinstance(seed, int) and not isinstance(seed, bool) else list(seed)
@@ -577,7 +575,7 @@ def usefulness_simulation(
     rows = []
     for s in seeds:
         for uu in arms:
-            kw = dict(use_utility=uu, demote=demote, k=k)
+            kw = dict(use_utility=uu, demote=demote, k=k, now=_CREATED_AT)  # a fixed clock
             arm = dict(arm="utility" if uu else "relevance", seed=s)
             rows += [{**arm, **r} for r in _sim_arm(fams, uses, s, probs, **kw)]
     settings = dict(
