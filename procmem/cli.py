@@ -470,7 +470,7 @@ def _item_from_args(args) -> MemoryItem:
         raise UsageError("add needs --title and --content (or --json FILE)")
     return MemoryItem(**{f: getattr(args, f) for f in given})
 
-# %% ../nbs/13_cli.ipynb #702f7e2a
+# %% ../nbs/13_cli.ipynb #95768093
 def _outcome(item: MemoryItem, r) -> tuple[str, str | None, str]:
     """(what happened, the id it concerns or None, why) from `admit_memory`'s `GateResult` for
     `item`."""
@@ -485,6 +485,8 @@ def _outcome(item: MemoryItem, r) -> tuple[str, str | None, str]:
         return "quarantined", s.id, "; ".join(map(_one_line, s.status_reasons))
     if r.action == "add" and s.id != item.id:
         return "confirmed", s.id, why
+    if r.action == "merge" and r.target is not None and s.to_dict() == r.target.to_dict():
+        return "unchanged", s.id, "the same memory again: not an independent confirmation"
     return dict(add="added", merge="confirmed", replace="replaced")[r.action], s.id, why
 
 # %% ../nbs/13_cli.ipynb #052236aa

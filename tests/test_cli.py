@@ -223,10 +223,18 @@ def test_add_show_confirm(store):
     r = procmem("add", "--title", "Check the cart total", "--content", "1. Open the cart\n2. Compare totals", store=store)
     new_id = r.stdout.strip()
     assert r.returncode == 0 and len(new_id) == 36
-    r = procmem("add", "--title", "check the CART total", "--content", "1. open the cart\n2. compare totals", store=store)
-    assert r.stdout == f"confirmed existing memory {new_id}\n"
+    twin = ["--title", "check the CART total", "--content", "1. open the cart\n2. compare totals"]
+    r = procmem("add", *twin, store=store)
+    assert (r.returncode, r.stdout) == (0, f"already stored, unchanged: {new_id}\n"), r  # a repeat is not a confirmation
+    assert json.loads(procmem("show", new_id, store=store).stdout)["confidence"] == 0.1
+    r = procmem("add", *twin, "--task-query", "Pay for the groceries in the basket", store=store)
+    assert r.stdout == f"confirmed existing memory {new_id}\n", r  # the same memory learned from another task: independent
     shown = json.loads(procmem("show", new_id, store=store).stdout)
     assert shown["confidence"] == 0.2 and shown["title"] == "Check the cart total"
+    r = procmem("add", *twin, "--task-query", "Pay for the groceries in the basket", store=store)
+    assert r.stdout == f"already stored, unchanged: {new_id}\n", r  # that task counted once
+    assert json.loads(procmem("show", new_id, store=store).stdout)["confidence"] == 0.2
+    shown = json.loads(procmem("show", new_id, store=store).stdout)
     r = procmem("add", "--json", "-", store=store, input=json.dumps(shown))
     assert r.stdout == f"already stored, unchanged: {new_id}\n"
 
@@ -253,7 +261,11 @@ def _foreign_files(d: Path) -> list[Path]:
 
 
 COMMANDS = [["list"], ["stats"], ["search", "subclasses"], ["show", "x"], ["validate"], ["repair"], ["bootstrap"],
-            ["add", "--title", "T", "--content", "C"], ["export", "OUT"], ["import", "IN"]]
+            ["add", "--title", "T", "--content", "C"], ["export", "OUT"], ["import", "IN"],
+            # issue 9: the editing commands (procmem.cli_manage) and the new list options
+            ["events"], ["list", "--archived", "--sort", "utility"], ["rm", "x"], ["rm", "--purge", "--yes", "x"],
+            ["edit", "x", "--title", "T"], ["prune", "--max-items", "1"], ["prune", "--dry-run", "--max-items", "1"],
+            ["restore", "--all"], ["merge", "x", "y"], ["report", "--out", "OUTDIR"], ["import", "--update", "IN"]]
 
 
 def test_foreign_files_are_refused_by_every_command(tmp_path):
@@ -264,13 +276,14 @@ def test_foreign_files_are_refused_by_every_command(tmp_path):
     before = _snapshot(work)
     for f in files:
         for argv in COMMANDS:
-            argv = [tmp_path / "out.json" if a == "OUT" else tmp_path / "in.jsonl" if a == "IN" else a for a in argv]
+            names = {"OUT": tmp_path / "out.json", "IN": tmp_path / "in.jsonl", "OUTDIR": tmp_path / "report"}
+            argv = [names.get(a, a) for a in argv]
             r = procmem(*argv, store=f)
             assert (r.returncode, r.stdout) == (2, ""), (f.name, argv, r)
             assert r.stderr.startswith(f"procmem: error: not a procmem store: {f} (") and r.stderr.count("\n") == 1, r.stderr
             assert "it was left unchanged" in r.stderr
     assert _snapshot(work) == before  # same bytes, nothing renamed, no -wal/-shm, no index
-    assert not (tmp_path / "out.json").exists()
+    assert not (tmp_path / "out.json").exists() and not (tmp_path / "report").exists()
 
 
 def _break_row(db: Path, item_id: str):
@@ -418,6 +431,40 @@ def test_read_only_commands_create_nothing(tmp_path):
     assert (r.returncode, r.stderr) == (2, f"procmem: error: no store at {db}\n")
     assert not db.parent.exists()
     assert json.loads((tmp_path / "e.json").read_text()) == []
+
+
+def test_new_read_only_commands_create_nothing(tmp_path):
+    "Issue 9: events, list with its new options and prune --dry-run on a missing store create nothing."
+    db = tmp_path / "absent" / "m.db"
+    for args in (["events"], ["events", "--kind", "archive", "--json"], ["list", "--archived"],
+                 ["list", "--sort", "utility", "--domain", "web"], ["prune", "--dry-run", "--max-items", "1"]):
+        r = procmem(*args, store=db)
+        assert r.returncode == 0 and r.stderr == "", (args, r)
+    r = procmem("report", "--out", tmp_path / "rep", store=db)
+    assert (r.returncode, r.stderr) == (2, f"procmem: error: no store at {db}: nothing to report (`procmem demo --store {db}`"
+                                           " makes one from the bundled sample runs)\n")
+    assert not db.parent.exists() and not (tmp_path / "rep").exists()
+
+
+def test_new_commands_with_one_bad_row(store, tmp_path):
+    "Issue 9: an unreadable row is skipped with one warning by list --sort and prune --dry-run, and named by rm."
+    ids = [m["id"] for m in json.loads(procmem("list", "--json", store=store).stdout)]
+    bad = ids[-1]
+    _break_row(store, bad)
+    digest = sha256(store)
+    r = procmem("list", "--sort", "utility", store=store)
+    assert r.returncode == 0 and bad not in r.stdout and len(r.stdout.splitlines()) == len(ids), r  # a header, no bad row
+    assert r.stderr == f"procmem: warning: skipped 1 unreadable memory ({bad}); `procmem validate` lists them\n"
+    r = procmem("prune", "--dry-run", "--min-utility", "0.9", "--json", store=store)
+    assert r.returncode == 0 and bad not in json.dumps(json.loads(r.stdout)["candidates"]), r
+    assert "skipped 1 unreadable memory" in r.stderr
+    assert sha256(store) == digest
+    r = procmem("rm", ids[0], bad, store=store)
+    assert r.returncode == 2 and r.stderr.startswith("procmem: error: ") and r.stderr.count("\n") == 1, r
+    assert bad in r.stderr
+    r = procmem("edit", bad, "--title", "T", store=store)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and bad in r.stderr, r
+    assert json.loads(procmem("show", ids[0], store=store).stdout)["status"] == "active"  # all or nothing
 
 
 def test_closed_pipe_is_quiet(store):

@@ -253,6 +253,12 @@ ERRORS = [
     (["merge", SUB], {}, "merge needs two or more different ids"),
     (["merge", SUB, SUB], {}, "merge needs two or more different ids"),
     (["merge", SUB, "nope"], {}, "no memory has id 'nope'"),
+    (["merge", "--suggest", SUB], {}, "merge --suggest takes no ids"),
+    (["merge", SUB, SUPER, "--threshold", "0.5"], {}, "--threshold and --domain apply to merge --suggest only"),
+    (["merge", "--suggest", "--threshold", "1.5"], {}, "must be a number from 0 to 1"),
+    (["merge", SUB, "retry-page"], {}, "merge: the memories are in different domains"),
+    (["history", "nope"], {}, "no memory has id 'nope'"),
+    (["history"], {}, "the following arguments are required: id"),
     (["prune"], {}, "prune needs a criterion: --max-items, --min-utility or --older-than"),
     (["prune", "--dry-run", "--domain", "web"], {}, "prune needs a criterion"),
     (["prune", "--min-utility", "2"], {}, "must be a number from 0 to 1, got '2'"),
@@ -309,7 +315,8 @@ def test_write_commands_on_a_missing_store_create_nothing(tmp_path):
 READ_ONLY = [["events"], ["events", "--json", "--kind", "add"], ["events", "--since", "2000-01-01"], ["events", "--since", "3"],
              ["list", "--sort", "utility"], ["list", "--archived"], ["list", "--domain", "alfworld", "--sort", "uses"],
              ["list", "--source-type", "failure", "--sort", "title"], ["prune", "--dry-run", "--max-items", "3"],
-             ["prune", "--dry-run", "--min-utility", "0.4", "--json"]]
+             ["prune", "--dry-run", "--min-utility", "0.4", "--json"], ["merge", "--suggest", "--threshold", "0.5"],
+             ["merge", "--suggest", "--json"], ["history", SUB], ["history", "retry-page", "--json"]]
 
 
 @pytest.mark.parametrize("argv", READ_ONLY, ids=[" ".join(a) for a in READ_ONLY])
@@ -456,6 +463,45 @@ def test_merge_combines_and_archives_the_others(db):
     assert any(SUB in r for r in show(db, SUPER)["status_reasons"]), show(db, SUPER)["status_reasons"]
     r = procmem("merge", SUB, SUPER, store=db)  # SUPER is archived now
     ft.test_eq((r.returncode, r.stderr.count("\n")), (2, 1))
+
+
+def test_merge_suggestions_on_the_learned_reflections_then_merge_and_history(db):
+    "A near-duplicate of a real reflection (a reworded title, one more sentence), as a bank without the gates gets."
+    from procmem.core import MemoryItem
+    from procmem.store import MemoryStore
+    alf = json.loads(ok(procmem("list", "--json", "--domain", "alfworld", store=db)))
+    orig = next(m for m in alf if "spraybottle from" in m["title"])
+    with MemoryStore(db) as s:
+        s.add(MemoryItem(orig["title"].replace("repeatedly trying", "trying again and again"), source_type="failure",
+                         content=orig["content"] + " Check the sinkbasin first.", domain="alfworld", id="twin",
+                         description=orig["description"], provenance=dict(source="user", trust="user")))
+    before = snapshot(db)
+    groups = json.loads(ok(procmem("merge", "--suggest", "--threshold", "0.5", "--domain", "alfworld", "--json", store=db)))
+    ft.test_eq(snapshot(db), before)
+    assert all(len(g["ids"]) >= 2 and g["domain"] == "alfworld" and g["similarity"] >= 0.5 for g in groups), groups
+    assert any(set(g["ids"]) >= {orig["id"], "twin"} for g in groups), groups
+    text = ok(procmem("merge", "--suggest", "--threshold", "0.5", "--domain", "alfworld", store=db))
+    assert f"  procmem merge {' '.join(groups[0]['ids'])}\n" in text, text
+    keep, *others = groups[0]["ids"]
+    merged = json.loads(ok(procmem("merge", keep, *others, "--json", store=db)))
+    ft.test_eq(sorted(merged["archived"]), sorted(others))
+    active = {m["id"] for m in json.loads(ok(procmem("list", "--json", store=db)))}
+    assert keep in active and not set(others) & active, active
+    hist = json.loads(ok(procmem("history", keep, "--json", store=db)))
+    ft.test_eq([h["version"] for h in hist], [2, 1])
+    assert "merge" in (hist[0]["why"] or "") and hist[0]["current"], hist[0]
+    lines = ok(procmem("history", keep, store=db)).splitlines()
+    assert lines[0].startswith("v2 (current)  ") and any(l.startswith("v1  ") for l in lines), lines
+
+
+def test_history_after_edits(db):
+    ok(procmem("edit", "retry-page", "--title", "Retry a slow page load", "--by", "erin", store=db))
+    ok(procmem("edit", "retry-page", "--content", "1. Wait five seconds\n2. Reload the page once\n3. Report it", store=db))
+    hist = json.loads(ok(procmem("history", "retry-page", "--json", store=db)))
+    ft.test_eq([(h["version"], h["title"]) for h in hist], [(3, "Retry a slow page load"), (2, "Retry a slow page load"),
+                                                            (1, "Retry a timed-out page load")])
+    ft.test_eq((hist[1]["why"], hist[1]["by"], hist[1]["changed"]), ("edited from the CLI", "erin", ["title"]))
+    ft.test_eq(hist[0]["changed"], ["content"])
 
 
 # ---------------------------------------------------------------- import --update
