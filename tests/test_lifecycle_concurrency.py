@@ -414,6 +414,55 @@ def test_prune_racing_a_purge_neither_fails_nor_resurrects(tmp_path):
         assert s.check() == [] and s.count() <= n - 19 * step
 
 
+# ------------------------------------------------------------------ the loop in several processes
+
+LOOP_TASK = "Calibrate the lever gauge zk1 that drifts on the lever rig"
+
+
+def _failing_run(task, block):
+    "An agent run that fails by ground truth (the memory it was shown did not help)."
+    return {"task": task, "steps": [{"action": "zero gauge zk1", "observation": "still drifting"}],
+            "answer": "could not calibrate", "outcome": {"success": False}}
+
+
+def _loop_worker(path, n, barrier, out):
+    "run_with_memory n times with a failing agent and the ground-truth judge; demotion on."
+    from procmem.loop import run_with_memory
+    from procmem.simulation import null_extractor, truth_judge
+    s = _store(path)
+    barrier.wait(timeout=120)
+    injected = demoted = 0
+    for _ in range(n):
+        r = run_with_memory(LOOP_TASK, _failing_run, s, judge=truth_judge, extractor=null_extractor, k=1)
+        injected += "L001" in [m.id for m in r.injected]
+        demoted += "L001" in [getattr(m, "id", m) for m in r.demoted]
+    s.close()
+    Path(out).write_text(json.dumps({"injected": injected, "demoted": demoted}))
+
+
+def test_loop_in_four_processes_demotes_a_failing_memory_once_and_counts_every_use(tmp_path):
+    "Four agents failing with the same memory at once: it is demoted exactly once, and no count is lost."
+    from procmem.lifecycle import HARMFUL_MIN_USES
+    db, n_w, n = tmp_path / "m.db", 4, 6
+    with MemoryStore(db) as s:
+        s.add_many([_item(i) for i in range(5)])
+    barrier = CTX.Barrier(n_w)
+    outs = [tmp_path / f"w{w}.json" for w in range(n_w)]
+    _run([CTX.Process(target=_loop_worker, args=(str(db), n, barrier, str(outs[w]))) for w in range(n_w)])
+    got = [json.loads(o.read_text()) for o in outs]
+    with MemoryStore(db) as s:
+        m = s.get("L001")
+        assert m.status == "quarantined" and any("harmful" in r for r in m.status_reasons), m.status_reasons
+        demotions = [e for e in s.events(kind="quarantine") if "L001" in e["ids"]]
+        assert len(demotions) == 1 and sum(g["demoted"] for g in got) == 1, demotions
+        shown = sum(g["injected"] for g in got)
+        assert HARMFUL_MIN_USES <= shown < n_w * n  # demoted part-way, then no longer injected
+        assert m.injected_count == shown == len([e for e in s.events(kind="inject") if "L001" in e["ids"]])
+        outcomes = [e for e in s.events(kind="loop.outcome") if e["detail"]["attributed"] and "L001" in e["ids"]]
+        assert m.use_count == m.failure_count == len(outcomes) == shown and m.success_count == 0
+        assert s.check() == []
+
+
 # ------------------------------------------------------------------ an edit while the agent keeps running
 
 BUSY_EDITOR = textwrap.dedent("""

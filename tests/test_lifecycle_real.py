@@ -540,3 +540,69 @@ def test_archived_memories_never_appear_in_a_memory_block(real, store_copy):
             assert not {m.id for m in again.injected} & set(gone)
             for i in gone:
                 assert s.get(i).title not in again.memory_block
+
+
+# ------------------------------------------------------------------ A/B: no self-retrieval on learned banks
+
+_LEARNED = ("add", "merge", "replace", "confirm", "update")
+
+
+def _learned_by_task(s: MemoryStore, task_of: dict) -> dict:
+    "task -> ids of the memories its run added or merged into (the loop's own `loop.gate` events)."
+    out = {}
+    for e in s.events(kind="loop.gate"):
+        d = e["detail"]
+        if d.get("action") in _LEARNED and d.get("trajectory_id") in task_of:
+            out.setdefault(task_of[d["trajectory_id"]], set()).update(e["ids"])
+    return out
+
+
+def _self_leaks(df, learned: dict) -> list:
+    return [(r.task_id, sorted(set(r.injected_ids) & learned.get(r.task, set())))
+            for r in df[df.arm == "memory"].itertuples() if set(r.injected_ids) & learned.get(r.task, set())]
+
+
+REGIONS = ["north", "south", "east", "west", "central", "coastal", "alpine", "delta"]
+
+
+def _sales_run(task, block):
+    return dict(task=task, answer="1200", outcome={"success": True}, steps=[
+        dict(action="list_columns('sales')", observation="month, region, sales"),
+        dict(action="filter_rows(region)", observation="12 rows"),
+        dict(action="sum_column('sales')", observation="total: 1200")])
+
+
+@pytest.mark.xfail(strict=True, reason="eval fixing: exclude_self keys only the last 5 example queries")
+def test_ab_test_never_injects_a_memory_a_task_taught(tmp_path):
+    """Eight tasks of one procedure teach one memory (the 2nd..8th runs merge into it): in the A/B memory arm
+    no task may be shown it (exclude_self), however many tasks it was learned from."""
+    from procmem.eval import ab_test, store_copies
+    db = tmp_path / "learned.db"
+    tasks = [f"Sum the monthly sales rows of the {r} regional sales table and report the total" for r in REGIONS]
+    task_of = {}
+    with MemoryStore(db) as s:
+        for t in tasks:
+            task_of[run_with_memory(t, _sales_run, s, memory=False).trajectory.id] = t
+        learned = _learned_by_task(s, task_of)
+        assert len(s) == 1 and all(len(learned[t]) >= 1 for t in tasks)  # one memory, taught by every task
+    df = ab_test([{"task": t, "id": r} for t, r in zip(tasks, REGIONS)], _sales_run, store_copies(db))
+    assert _self_leaks(df, learned) == []
+
+
+@pytest.mark.xfail(strict=True, reason="eval fixing: exclude_self compares full tasks to 600-char stored ones")
+def test_ab_test_never_injects_a_memory_a_task_taught_on_real_runs(tmp_path):
+    "The same on the real runs (fixtures, and the shared Reflexion HotpotQA log when present): no self-retrieval."
+    from procmem.eval import ab_test, store_copies
+    runs = _fixture_runs() + _shared_runs()
+    db = tmp_path / "learned.db"
+    with MemoryStore(db) as s:
+        s.add_many(bootstrap_general_strategies())
+        task_of = {run_with_memory(t.task, _replay(t), s).trajectory.id: t.task for _, t in runs}
+        learned = _learned_by_task(s, task_of)
+    first = {}
+    for _, t in runs:
+        first.setdefault(t.task, t)
+    tasks = [{"task": task, "id": f"t{i}"} for i, task in enumerate(first)]
+    df = ab_test(tasks, lambda task, block: dataclasses.replace(first[task], metadata={}), store_copies(db))
+    assert df[df.arm == "memory"].injected_ids.map(len).sum() > 0  # memories were shown at all
+    assert _self_leaks(df, learned) == []
