@@ -413,7 +413,7 @@ def _check_p(name: str, p) -> float:
         raise ValueError(f"ScriptedAgent: {name} must be a probability in [0, 1], got {p!r}")
     return float(p)
 
-# %% ../nbs/16a_usefulness.ipynb #8b6c7ee3
+# %% ../nbs/16a_usefulness.ipynb #78f1e0bb
 class ScriptedAgent:
     "A SIMULATED agent: it succeeds with a probability set by the memory its block shows first."
 
@@ -436,13 +436,15 @@ class ScriptedAgent:
             + ")"
         )
 
-    def _draw(self, task: str) -> tuple[int, float]:
-        "(attempt number, a uniform draw fixed by seed, task and attempt)."
+    def _draw(self, task: str, seed=None) -> tuple[int, float]:
+        """(attempt number, a uniform draw fixed by the agent's seed, task and attempt — or by the
+        call's `seed` and the task when one is given)."""
         n = self.attempts.get(task, 0)
         self.attempts[task] = n + 1
-        return n, random.Random(f"{self.seed}|{task}|{n}").random()
+        key = f"{self.seed}|{task}|{n}" if seed is None else f"call:{seed}|{task}"
+        return n, random.Random(key).random()
 
-    def __call__(self, task: str, memory_block: str = "") -> Trajectory:
+    def __call__(self, task: str, memory_block: str = "", seed: int | None = None) -> Trajectory:
         if task not in _TASK_FAMILY:
             raise ValueError(
                 f"ScriptedAgent runs only the simulation's tasks (sim_tasks()), got {task[:60]!r}"
@@ -450,8 +452,8 @@ class ScriptedAgent:
         f = SIM_FAMILIES[_TASK_FAMILY[task]]
         followed = _shown(f, memory_block or "")
         p = self.p[followed or "none"]
-        n, u = self._draw(task)
-        draw = dict(attempt=n, draw=round(u, 6), p_success=p, seed=self.seed)
+        n, u = self._draw(task, seed)
+        draw = dict(attempt=n, draw=round(u, 6), p_success=p, seed=self.seed, call_seed=seed)
         return _sim_trajectory(f, task, followed, u < p, draw)
 
 # %% ../nbs/16a_usefulness.ipynb #dd5fcc4b
