@@ -339,7 +339,7 @@ def _run_arm(specs, name, arm_kw, r, agent, store, state, opts) -> list[dict]:
         raise FrozenStoreError(f"arm {name!r} (repeat {r}) changed a frozen store: {diff}", diff)
     return rows
 
-# %% ../nbs/18_eval.ipynb #4fadf568
+# %% ../nbs/18_eval.ipynb #ddb2de27
 def ab_test(
     tasks,  # task strings or dicts with "task" and optional "id", "truth" (bool or fn(trajectory))
     agent,  # agent(task, memory_block[, seed=]) -> trajectory, as for run_with_memory
@@ -362,6 +362,10 @@ def ab_test(
     if not callable(agent) or not callable(store_factory):
         raise TypeError("agent and store_factory must be callable")
     _check_kw(run_kw, "ab_test")
+    if {"memory", "learn"} & set(run_kw):
+        raise ValueError(
+            "ab_test: memory= and learn= belong to the arms (e.g. dict(name=..., learn=True))"
+        )
     opts = dict(freeze=freeze, exclude_self=exclude_self, seed=seed, run_kw=run_kw)
     rows, seen, first = [], [], None
     for r in range(repeats):

@@ -168,6 +168,7 @@ def test_factory_and_argument_errors(seed_store):
     ft.test_fail(lambda: ab_test(["x"], scripted, MemoryStore, arms=("none", "memroy")), contains="unknown arm 'memroy'")
     ft.test_fail(lambda: ab_test(["x"], scripted, MemoryStore, repeats=True), contains="repeats")
     ft.test_fail(lambda: ab_test(["x"], scripted, MemoryStore, kk=2), contains="takes no kk")
+    ft.test_fail(lambda: ab_test(["x"], scripted, MemoryStore, memory=False), contains="belong to the arms")
     ft.test_fail(lambda: ab_test(["x", dict(task="y", id="t000")], scripted, MemoryStore), contains="repeated: t000")
     ft.test_fail(lambda: store_copies(FIX / "nope.db"), contains="nope.db")
     assert set(ARMS) == {"none", "memory", "memory+learn"}
