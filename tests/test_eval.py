@@ -187,6 +187,20 @@ def test_truth_and_judged_columns_differ_when_the_judge_is_wrong():
     assert math.isnan(df.tokens.iloc[0])
 
 
+def test_a_crashing_agent_is_a_row_not_a_crash():
+    def flaky(task, block):
+        if "2" in task:
+            raise TimeoutError("the model timed out")
+        return dict(task=task, answer="ok", steps=[dict(action="a", observation="ok")], outcome={"success": True})
+
+    df = ab_test(["task 1", "task 2"], flaky, MemoryStore, arms=("none", "memory"))
+    bad = df[df.task_id == "t001"]
+    assert bad.verdict.tolist() == ["extrinsic"] * 2 and bad.success.tolist() == [False] * 2
+    assert all("TimeoutError: the model timed out" in e for e in bad.agent_error)
+    s = summarize_ab(df[df.verdict != "extrinsic"]).set_index("arm")  # leaving them out drops their pairs
+    assert s.loc["memory", "n_pairs"] == 1 and s.loc["memory", "success_rate"] == 1.0
+
+
 # ---------------------------------------------------------------- summarize_ab
 def _synthetic(effect, rng, n_tasks=50, repeats=2):
     base = rng.uniform(0.1, 0.7, n_tasks)
