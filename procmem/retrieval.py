@@ -254,15 +254,24 @@ def _check_args(task, k, source_type):
     if bad:
         raise ValueError(f"unknown source_type {sorted(bad)}; use one of {', '.join(SOURCE_TYPES)}")
 
-# %% ../nbs/04_retrieval.ipynb #4a04de64
-def _floor_hits(store: MemoryStore, hits: list, task: str, floor: float):
-    """The `(item, relevance, BM25 score)` of `hits` whose relevance is at least `floor`, lazily,
-    in BM25 order."""
+# %% ../nbs/04_retrieval.ipynb #876efd7b
+def _relevance_fn(store: MemoryStore, task: str):
+    "A function `(item, BM25 score) -> relevance` for `task` (`hit_relevance`, IDFs memoised)."
     idf = _idf_lookup(store._index())
     tokens = tokenize(task)
     mass = sum(idf(t) for t in tokens)
+
+    def relevance(m: MemoryItem, score: float) -> float:
+        return hit_relevance(m, score, mass, tokens, idf)
+
+    return relevance
+
+
+def _floor_hits(hits, relevance, floor: float):
+    """The `(item, relevance, BM25 score)` of `hits` whose relevance is at least `floor`, lazily,
+    in BM25 order."""
     for m, score in hits:
-        rel = hit_relevance(m, score, mass, tokens, idf)
+        rel = relevance(m, score)
         if rel >= floor:
             yield m, rel, score
 
@@ -271,10 +280,12 @@ def _relevant_hits(
     store: MemoryStore, hits: list, task: str, k: int, floor: float, ok=None, rank=None
 ) -> list:
     """The first `k` `(item, relevance)` of `hits` whose relevance is at least `floor` (and that
-    `ok` accepts, when given), in BM25 order or re-ordered by `rank(hits, k)` (an iterator)."""
-    found = _floor_hits(store, hits, task, floor)
-    if rank is not None:
-        found = rank(found, k)
+    `ok` accepts, when given), in BM25 order or as `rank(hits, relevance, floor)` orders them."""
+    relevance = _relevance_fn(store, task)
+    if rank is None:
+        found = _floor_hits(hits, relevance, floor)
+    else:
+        found = rank(hits, relevance, floor)
     out = []
     for m, rel, _ in found:
         if ok is None or ok(m):
@@ -408,7 +419,7 @@ def utility_factor(u: float, weight: float | None = None) -> float:
     w = UTILITY_WEIGHT if weight is None else weight
     return 1 - w + 2 * w * u
 
-# %% ../nbs/04_retrieval.ipynb #106d1bc0
+# %% ../nbs/04_retrieval.ipynb #e2c686d4
 def _check_now(now):
     "`now` unchanged if it is None, a datetime or an ISO-8601 string; else a ValueError."
     if now is None or isinstance(now, datetime):
@@ -420,34 +431,17 @@ def _check_now(now):
     return now
 
 
-def _best_first(scored: list) -> list:
-    "`(combined, position, hit)` triples, best combined score first (ties: BM25 order)."
-    return sorted(scored, key=lambda x: (-x[0], x[1]))
-
-
 def _utility_ranker(now=None):
-    """`rank(hits, k)`: `(item, relevance, score)` hits (BM25 order) lazily re-ordered by score x
-    `utility_factor`; it stops reading hits once none can reach the first k (rank-safe)."""
+    """`rank(hits, relevance, floor)`: the `(item, relevance, score)` of the hits (BM25 order)
+    that clear `floor`, ordered by score x `utility_factor` (ties: BM25 order), lazily."""
     from procmem.lifecycle import utility  # lifecycle reads the store: imported when used
 
     now = datetime.now(timezone.utc) if _check_now(now) is None else now
 
-    def scored(hit, i: int) -> tuple:
-        return hit[2] * utility_factor(utility(hit[0], now)), i, hit
-
-    def rank(hits, k: int):
-        hits, seen, stop = iter(hits), [], None
-        for hit in hits:
-            if len(seen) >= k and sorted(c for c, _, _ in seen)[-k] >= hit[2] * (
-                1 + UTILITY_WEIGHT
-            ):
-                stop = hit  # this and every later hit score at most hit[2] x (1 + w): too low
-                break
-            seen.append(scored(hit, len(seen)))
-        first = _best_first(seen)[:k]
-        yield from (h for _, _, h in first)
-        rest = [scored(h, len(seen) + j) for j, h in enumerate([stop, *hits] if stop else [])]
-        given = {id(h) for _, _, h in first}  # more asked for (read checks refused some): all
-        yield from (h for _, _, h in _best_first(seen + rest) if id(h) not in given)
+    def rank(hits: list, relevance, floor: float):
+        hits = list(hits)
+        combined = [score * utility_factor(utility(m, now)) for m, score in hits]
+        order = sorted(range(len(hits)), key=lambda i: (-combined[i], i))
+        return _floor_hits((hits[i] for i in order), relevance, floor)  # relevance: lazily
 
     return rank

@@ -124,10 +124,10 @@ def test_utility_reorders_only_what_cleared_the_floor_on_webarena():
     assert changed > 0  # with records, utility does change some rankings
 
 
-def test_the_early_stop_is_rank_safe_on_random_hits():
-    "The ranker stops reading hits once none can reach the first k: the items it gives are the full sort's."
+def test_the_ranker_is_the_full_sort_of_the_floor_clearing_hits_on_random_hits():
+    "Relevance is computed lazily in combined order: what the ranker gives is the full sort's order."
     import itertools
-    from procmem.retrieval import _best_first, _utility_ranker
+    from procmem.retrieval import _utility_ranker
     rng = random.Random(0)
 
     def fake_hits(n):
@@ -135,19 +135,26 @@ def test_the_early_stop_is_rank_safe_on_random_hits():
         for i in range(n):
             m = MemoryItem(f"memory {i}", "d", "c", id=f"m{i:02d}", created_at="2026-01-01T00:00:00Z",
                            success_count=rng.randint(0, 5), failure_count=rng.randint(0, 5))
-            out.append((m, 1.0, rng.choice([rng.uniform(1, 10), 5.0])))  # some exact ties
-        return sorted(out, key=lambda h: -h[2])
+            out.append((m, rng.choice([rng.uniform(1, 10), 5.0])))  # some exact ties
+        return sorted(out, key=lambda h: -h[1])
+
+    computed = []
+
+    def relevance(m, score):  # some hits fall below the floor
+        computed.append(m.id)
+        return 0.3 if int(m.id[1:]) % 4 == 0 else 0.8
 
     rank, checked = _utility_ranker(NOW), 0
     for _ in range(300):
         hits = fake_hits(rng.randint(0, 25))
-        full = [h[0].id for _, _, h in _best_first(
-            [(h[2] * utility_factor(utility(h[0], NOW)), i, h) for i, h in enumerate(hits)])]
-        for k in (1, 2, 3, 5, 10):
-            for n in (k, k + 1, k + 3, len(hits)):  # n > k: the read checks refused some of the first k
-                ft.test_eq([h[0].id for h in itertools.islice(rank(hits, k), n)], full[:n])
-                checked += 1
-    assert checked == 300 * 5 * 4
+        combined = [(-sc * utility_factor(utility(m, NOW)), i, m.id) for i, (m, sc) in enumerate(hits)]
+        full = [i for _, _, i in sorted(combined) if int(i[1:]) % 4 != 0]
+        for n in (1, 3, 5, len(hits)):
+            computed.clear()
+            ft.test_eq([h[0].id for h in itertools.islice(rank(hits, relevance, 0.5), n)], full[:n])
+            assert len(computed) <= n + sum(int(i[1:]) % 4 == 0 for i in computed)  # lazily
+            checked += 1
+    assert checked == 1200
 
 
 def test_an_irrelevant_memory_with_a_perfect_record_is_never_pulled_in():
