@@ -109,7 +109,7 @@ ITEM_COLUMNS = {  # store.to_df(): column -> dtype
     "source": "string",  # provenance source (web, tool, user, ...); <NA> when unknown
 }
 
-# %% ../nbs/17_analysis.ipynb #49260f92
+# %% ../nbs/17_analysis.ipynb #3f2417e4
 def _item_row(m, now) -> dict:
     "One `to_df` row for a memory."
     return dict(
@@ -136,6 +136,29 @@ def _item_row(m, now) -> dict:
     )
 
 
+def _names(value, arg: str, what: str) -> tuple | None:
+    """`value` as a tuple of non-empty names (a name, a list/tuple/set of them) or None; a
+    TypeError or ValueError naming `arg` otherwise."""
+    if value is None:
+        return None
+    if not isinstance(value, (str, list, tuple, set, frozenset)):
+        raise TypeError(f"{arg} must be {what}, a list of them, or None, got {value!r}")
+    names = (value,) if isinstance(value, str) else tuple(value)
+    ok = all(isinstance(n, str) and n and n.isprintable() and _is_text(n) for n in names)
+    if not names or not ok:
+        raise ValueError(f"{arg} must be {what}, a list of them, or None, got {value!r}")
+    return names
+
+
+def _is_text(s: str) -> bool:
+    "Whether `s` is valid Unicode text (no lone surrogate)."
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _typed(rows: list, columns: dict):
     "A frame with exactly `columns` in order, each cast to its dtype (no rows: an empty frame)."
     pd = _pd()
@@ -146,7 +169,7 @@ def _typed(rows: list, columns: dict):
         df[c] = df[c].astype(dtype)
     return df
 
-# %% ../nbs/17_analysis.ipynb #03aa7c07
+# %% ../nbs/17_analysis.ipynb #cce78dfb
 @patch
 def to_df(
     self: MemoryStore,
@@ -154,8 +177,9 @@ def to_df(
     now=None,  # the time utility is computed at (datetime or ISO text; None: now)
 ):
     "The memories as a pandas DataFrame, one row per item, columns and dtypes of `ITEM_COLUMNS`."
+    wanted = _names(status, "status", "a status")
     now = datetime.now(timezone.utc) if now is None else now  # one time for every row
-    return _typed([_item_row(m, now) for m in self.items(status=status)], ITEM_COLUMNS)
+    return _typed([_item_row(m, now) for m in self.items(status=wanted)], ITEM_COLUMNS)
 
 # %% ../nbs/17_analysis.ipynb #40d06b52
 EVENT_COLUMNS = {  # store.events_df(): column -> dtype
@@ -169,7 +193,7 @@ EVENT_COLUMNS = {  # store.events_df(): column -> dtype
     "detail": "object",  # the event's whole detail dict
 }
 
-# %% ../nbs/17_analysis.ipynb #7b0b7f69
+# %% ../nbs/17_analysis.ipynb #f18f5d2b
 def _since(since) -> tuple:
     """(sequence number, time or None) from `since`: None, an integer (numpy's too), or a datetime
     (pandas', numpy's) / ISO text."""
@@ -183,12 +207,17 @@ def _since(since) -> tuple:
     if isinstance(since, numbers.Integral):
         if since < 0:
             raise ValueError(f"since must be a sequence number >= 0, got {since}")
-        return int(since), None
+        return min(int(since), _MAX_SEQ), None
     try:
-        t = pd.Timestamp(since)
-    except ValueError:
-        raise ValueError(f"since: cannot read {since!r} as a time (ISO 8601 expected)") from None
-    return 0, _utc(t)
+        t = _utc(pd.Timestamp(since))
+    except (ValueError, OverflowError):  # unparseable, out of range, not Unicode
+        t = None
+    if t is None or t is pd.NaT:
+        raise ValueError(f"since: cannot read {since!r} as a time (ISO 8601 expected)")
+    return 0, t
+
+
+_MAX_SEQ = 2**63 - 1  # SQLite's largest integer: no event comes after it
 
 
 def _utc(t):
@@ -198,10 +227,7 @@ def _utc(t):
 
 def _kinds(kind) -> tuple | None:
     "The event kinds asked for: None (all), a name, or several names."
-    kinds = None if kind is None else (kind,) if isinstance(kind, str) else tuple(kind)
-    if kinds is not None and (not kinds or not all(isinstance(k, str) and k for k in kinds)):
-        raise ValueError(f"kind must be an event kind, a list of them, or None, got {kind!r}")
-    return kinds
+    return _names(kind, "kind", "an event kind")
 
 # %% ../nbs/17_analysis.ipynb #8380468d
 def _event_row(e: dict) -> dict:

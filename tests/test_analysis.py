@@ -308,3 +308,21 @@ def test_plots_take_a_filtered_frame(ro):
         assert sum(p.get_height() for p in ax.patches) == len(sub)
         assert [sum(p.get_height() for p in a.patches) for a in plot_usage(sub).axes] == [len(sub)] * 3
     ft.test_fail(lambda: plot_utility(df[["id", "status"]]), contains="plot_utility: the frame has no column utility")
+
+
+@pytest.mark.parametrize("status", [3, True, 1.5, pd.Timestamp("2026-01-01"), [3], ["active", ""], "\ud800"])
+def test_to_df_bad_status_names_the_argument(ro, status):
+    with pytest.raises((TypeError, ValueError), match="status must be"):
+        ro.to_df(status=status)
+
+
+def test_events_df_odd_arguments(ro):
+    for kind in (3, 1.5, True, ["archive", 4], "\ud800", "a\nb"):
+        with pytest.raises((TypeError, ValueError), match="kind must be an event kind"):
+            ro.events_df(kind=kind)
+    for since in ("", "NaT", "99999999999", "\ud800", 2.5):
+        with pytest.raises((TypeError, ValueError), match="since"):
+            ro.events_df(since=since)
+    assert len(ro.events_df(since=2**70)) == 0
+    assert len(ro.events_df(kind="no such kind")) == 0
+    assert len(ro.events_df(since=pd.Timestamp("0001-01-01").to_pydatetime())) == len(ro.events())
