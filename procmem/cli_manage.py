@@ -89,7 +89,7 @@ def _add_rm(cmd) -> None:
     r.add_argument("--reason", help="why (default: 'removed by <user> from the CLI')")
     _add_by_json(r, "removes them")
 
-# %% ../nbs/13a_cli_manage.ipynb #7ba185e6
+# %% ../nbs/13a_cli_manage.ipynb #12a57000
 def _archive(store: MemoryStore, items: list, reason: str, by: str) -> list[MemoryItem]:
     "Archive `items` in one step; `UsageError` (nothing changed) if one is archived already."
     done = [m for m in items if m.status == "archived"]
@@ -101,8 +101,8 @@ def _archive(store: MemoryStore, items: list, reason: str, by: str) -> list[Memo
     return store.archive([m.id for m in items], reason, by=by)
 
 
-def _purge(store: MemoryStore, items: list, yes: bool) -> bool:
-    "Delete `items` for good once confirmed; False if the user said no."
+def _purge(store: MemoryStore, items: list, yes: bool, by: str, reason: str) -> bool:
+    "Delete `items` for good once confirmed (who and why in each `delete` event); False if not."
     shown = "; ".join(f"{m.id} ({_one_line(m.title)[:60]})" for m in items[:5])
     more = f"; and {len(items) - 5} more" if len(items) > 5 else ""
     question = f"delete {_plural(len(items), 'memory', 'memories')} for good: {shown}{more}?"
@@ -113,10 +113,10 @@ def _purge(store: MemoryStore, items: list, yes: bool) -> bool:
     if not _confirm(question, yes, refuse):
         return False
     for m in items:
-        store.delete(m.id)
+        store.delete(m.id, by=by, reason=reason)
     return True
 
-# %% ../nbs/13a_cli_manage.ipynb #879d873f
+# %% ../nbs/13a_cli_manage.ipynb #4221ccc2
 def _cmd_rm(args) -> int:
     "`procmem rm ID...`: archive the memories, or with --purge delete them (confirmed)."
     by = _by(args.by)
@@ -125,7 +125,8 @@ def _cmd_rm(args) -> int:
     with open_store(args.store, create=False) as store:
         items = _get_all(store, args.ids)
         if args.purge:
-            if not _purge(store, items, args.yes):
+            reason = args.reason or f"purged by {by} from the CLI"
+            if not _purge(store, items, args.yes, by, reason):
                 _say("note", "nothing was deleted")
                 return 1
             _print_changed(items, "deleted", args.json)
@@ -455,7 +456,7 @@ def _cmd_prune(args) -> int:
     with open_store(path, create=False, max_active_per_domain=_cap(args)) as store:
         return _prune_for_real(store, args)
 
-# %% ../nbs/13a_cli_manage.ipynb #963dd600
+# %% ../nbs/13a_cli_manage.ipynb #1e2fc5c4
 def _add_restore(cmd) -> None:
     "`restore`: archived memories back to active."
     r = cmd("restore", "make archived memories active again (ids, or --all)")
@@ -464,14 +465,19 @@ def _add_restore(cmd) -> None:
     )
     r.add_argument("--all", action="store_true", dest="every", help="every archived memory")
     r.add_argument("--domain", help="with --all: only this domain")
+    r.add_argument(
+        "--include-merged",
+        action="store_true",
+        help="with --all: also the memories a merge archived (their text lives on in another)",
+    )
     r.add_argument("--reason", help="why (kept in the event log)")
     _add_by_json(r, "restores them")
 
 
 def _restore(store: MemoryStore, args, by: str) -> list[MemoryItem]:
     "Restore what the command line names; `UsageError` (nothing changed) for an id not archived."
-    if args.every:
-        return store.restore_all(by=by, domain=args.domain)  # restore_all takes no reason
+    if args.every:  # restore_all takes no reason
+        return store.restore_all(by=by, domain=args.domain, include_merged=args.include_merged)
     items = _get_all(store, args.ids)
     live = [m for m in items if m.status != "archived"]
     if live:
@@ -480,29 +486,49 @@ def _restore(store: MemoryStore, args, by: str) -> list[MemoryItem]:
         )
     return store.restore([m.id for m in items], by=by, reason=args.reason)
 
-# %% ../nbs/13a_cli_manage.ipynb #ca874369
+# %% ../nbs/13a_cli_manage.ipynb #4f4dfd75
 def _cmd_restore(args) -> int:
     "`procmem restore ID... | --all [--domain D]`: archived -> active."
     if bool(args.ids) == args.every:
         raise UsageError("restore needs the ids of archived memories, or --all (not both)")
-    if args.domain is not None and not args.every:
-        raise UsageError("--domain applies to restore --all only")
+    if (args.domain is not None or args.include_merged) and not args.every:
+        raise UsageError("--domain and --include-merged apply to restore --all only")
     if args.reason is not None and (args.every or not args.reason.strip()):
         raise UsageError("--reason must say why, and applies to restore ID... only")
     by = _by(args.by)
     with open_store(args.store, create=False, max_active_per_domain=_cap(args)) as store:
         done = _restore(store, args, by)
+        left = _merged_left(store, args) if args.every and not args.include_merged else 0
     _print_changed(done, "restored", args.json)
+    if not args.json:
+        _restore_notes(done, left, args.domain)
+    return 0
+
+
+def _merged_left(store: MemoryStore, args) -> int:
+    """How many archived memories of the domain asked for a merge put away (restore --all leaves
+    them)."""
+    return sum(
+        1
+        for m in store.items("archived")
+        if m.provenance.get("merged_into") and args.domain in (None, m.domain)
+    )
+
+
+def _restore_notes(done: list, left: int, domain) -> None:
+    "What `restore` did not make active, and why."
     held = [m.id for m in done if m.status == "quarantined"]
-    if held and not args.json:
+    if held:
         print(
             f"({', '.join(held)}: quarantined before archiving, so quarantined again; see"
             " procmem list --quarantined)"
         )
-    if not done and not args.json:
-        where = f" in domain {_one_line(args.domain)!r}" if args.domain else ""
+    if left:
+        n = _plural(left, "merged-away memory", "merged-away memories")
+        print(f"({n} left archived: restore them by id, or add --include-merged)")
+    if not done and not left:
+        where = f" in domain {_one_line(domain)!r}" if domain else ""
         print(f"nothing to restore: no archived memories{where}")
-    return 0
 
 # %% ../nbs/13a_cli_manage.ipynb #b8c599d2
 def _add_merge(cmd) -> None:
@@ -644,11 +670,13 @@ def _print_events(evs: list) -> None:
         line = f"{e['seq']:>5}  {e['at']}  {_one_line(e['kind']):<10}  {shown}"
         print(line + (f"  {_detail_text(e['detail'])}" if e["detail"] else ""))
 
-# %% ../nbs/13a_cli_manage.ipynb #780ea0a8
+# %% ../nbs/13a_cli_manage.ipynb #21105f6e
 def _add_events(cmd) -> None:
     "`events`: the store's event log."
     e = cmd("events", "the event log: who changed which memories, when and why (oldest first)")
-    e.add_argument("--kind", help="only this kind (e.g. add, edit, archive, restore, prune, merge)")
+    e.add_argument(
+        "--kind", help="only this kind (e.g. add, edit, archive, restore, merge, delete)"
+    )
     e.add_argument(
         "--since",
         type=_since,
@@ -750,9 +778,9 @@ def _apply_updates(store: MemoryStore, items: list, trust: str, file) -> list:
     why = f"updated from {Path(file).name} by import --update"
     return [(m, *_update_one(store, m, trust, by, why)) for m in items]
 
-# %% ../nbs/13a_cli_manage.ipynb #3e86236c
+# %% ../nbs/13a_cli_manage.ipynb #02db8620
 def _add_report(cmd) -> None:
-    "`report`: plots and a summary of the store."
+    "`report`: plots and a summary of the store, or of the demo bank."
     r = cmd("report", "write plots (PNG) and a markdown summary of the store into a folder")
     r.add_argument(
         "--out",
@@ -760,22 +788,42 @@ def _add_report(cmd) -> None:
         default="procmem-report",
         help="the folder (default: ./procmem-report; created if missing)",
     )
+    r.add_argument(
+        "--demo",
+        action="store_true",
+        help=(
+            "report on the demo bank instead of a store: the bundled sample runs learned, then"
+            " used by a scripted agent (offline, in memory: only the report is written)"
+        ),
+    )
     r.add_argument("--json", action="store_true", help="print the files as a JSON object")
+
+
+def _report_store(args) -> MemoryStore:
+    "The store to report on, read-only; with --demo, `procmem.analysis.demo_bank` in memory."
+    if args.demo:
+        if args.store is not None:
+            raise UsageError("report --demo reports on the bundled demo bank: drop --store")
+        from procmem.analysis import demo_bank
+
+        return demo_bank()[0]
+    path = _store_path(args.store)
+    if not path.exists():
+        raise UsageError(
+            f"no store at {path}: nothing to report (`procmem report --demo` reports on the"
+            " bundled demo bank)"
+        )
+    return open_store(path, readonly=True)
 
 
 def _cmd_report(args) -> int:
     "`procmem report`: `procmem.analysis.write_report` on the store opened read-only."
-    path, out = _store_path(args.store), Path(args.out).expanduser()
-    if not path.exists():
-        raise UsageError(
-            f"no store at {path}: nothing to report (`procmem demo --store {path}` makes one"
-            " from the bundled sample runs)"
-        )
+    out = Path(args.out).expanduser()
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a folder")
     from procmem.analysis import write_report
 
-    with open_store(path, readonly=True) as store:
+    with _report_store(args) as store:
         try:
             files = write_report(store, out)
         except OSError as e:

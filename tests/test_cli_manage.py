@@ -118,9 +118,12 @@ def test_purge_needs_yes_without_a_terminal(db):
     ft.test_eq((r.returncode, r.stdout, r.stderr.count("\n")), (2, "", 1))
     assert "add --yes to confirm" in r.stderr and "nothing was deleted" in r.stderr, r.stderr
     ft.test_eq(snapshot(db), before)
-    ft.test_eq(ok(procmem("rm", "--purge", "--yes", SUB, store=db)), f"deleted {SUB}  Find Subclasses Using GraphMeta\n")
+    ft.test_eq(ok(procmem("rm", "--purge", "--yes", SUB, "--by", "frank", store=db)), f"deleted {SUB}  Find Subclasses Using GraphMeta\n")
     ft.test_eq(procmem("show", SUB, store=db).returncode, 2)
-    ft.test_eq(json.loads(ok(procmem("events", "--limit", "1", "--json", store=db)))[0]["kind"], "delete")
+    ev = json.loads(ok(procmem("events", "--limit", "1", "--json", store=db)))[0]
+    ft.test_eq((ev["kind"], ev["ids"], ev["detail"]), ("delete", [SUB], dict(by="frank", reason="purged by frank from the CLI")))
+    ok(procmem("rm", "--purge", "--yes", SUPER, "--reason", "wrong ontology", store=db))
+    ft.test_eq(json.loads(ok(procmem("events", "--limit", "1", "--json", store=db)))[0]["detail"]["reason"], "wrong ontology")
 
 
 def _on_terminal(args, db, typed: str):
@@ -247,7 +250,10 @@ ERRORS = [
      "already has this title and content"),
     (["restore"], {}, "restore needs the ids of archived memories, or --all"),
     (["restore", SUB, "--all"], {}, "restore needs the ids of archived memories, or --all (not both)"),
-    (["restore", SUB, "--domain", "web"], {}, "--domain applies to restore --all only"),
+    (["restore", SUB, "--domain", "web"], {}, "--domain and --include-merged apply to restore --all only"),
+    (["restore", SUB, "--include-merged"], {}, "--domain and --include-merged apply to restore --all only"),
+    (["restore", "--all", "--reason", "x"], {}, "--reason must say why, and applies to restore ID... only"),
+    (["report", "--demo"], {}, "report --demo reports on the bundled demo bank: drop --store"),
     (["restore", SUB], {}, f"memory '{SUB}' is active, not archived; nothing was restored"),
     (["restore", "nope"], {}, "no memory has id 'nope'"),
     (["merge", SUB], {}, "merge needs two or more different ids"),
@@ -364,6 +370,21 @@ def test_report_writes_pngs_and_markdown_and_only_reads_the_store(db, tmp_path):
     assert "nothing to report" in r.stderr and not (tmp_path / "rep3").exists() and not (tmp_path / "none.db").exists()
 
 
+def test_report_demo_needs_no_store(tmp_path):
+    "`procmem report --demo` in a fresh checkout: the bundled runs learned and used offline, only the report written."
+    pytest.importorskip("matplotlib")
+    home = tmp_path / "home"
+    home.mkdir()
+    r = procmem("report", "--demo", "--out", tmp_path / "rep", "--json", env={"HOME": str(home), "XDG_DATA_HOME": str(home / "data"),
+                                                                            "PROCMEM_STORE": ""}, cwd=tmp_path)
+    files = {k: Path(v) for k, v in json.loads(ok(r)).items()}
+    assert len([p for p in files.values() if p.suffix == ".png"]) >= 4, files
+    text = files["report"].read_text()
+    assert text.strip() and "![" in text, text[:500]
+    ft.test_eq(sorted(p.name for p in tmp_path.iterdir()), ["home", "rep"])  # no store was created anywhere
+    ft.test_eq([p for p in home.rglob("*") if "procmem" in p.name or p.suffix == ".db"], [])  # (matplotlib caches its fonts)
+
+
 def test_report_default_folder_is_in_the_working_directory(db, tmp_path):
     pytest.importorskip("matplotlib")
     ok(procmem("report", store=db, cwd=tmp_path))
@@ -439,6 +460,17 @@ def test_prune_dry_run_then_archive_then_restore_all(db):
     assert logged[-1]["kind"] in ("prune", "archive"), logged[-1]
     restored = json.loads(ok(procmem("restore", "--all", "--json", store=db)))
     ft.test_eq(sorted(m["id"] for m in restored), sorted(ids))
+
+
+def test_restore_all_leaves_merged_away_memories_unless_asked(db):
+    alf = [m["id"] for m in json.loads(ok(procmem("list", "--json", "--domain", "alfworld", store=db)))]
+    ok(procmem("merge", alf[0], alf[1], store=db))
+    ok(procmem("rm", "retry-page", store=db))
+    out = ok(procmem("restore", "--all", store=db))
+    ft.test_eq(out.splitlines(), ["restored retry-page  Retry a timed-out page load",
+                                  "(1 merged-away memory left archived: restore them by id, or add --include-merged)"])
+    ft.test_eq(show(db, alf[1])["status"], "archived")
+    ft.test_eq([m["id"] for m in json.loads(ok(procmem("restore", "--all", "--include-merged", "--json", store=db)))], [alf[1]])
 
 
 def test_prune_max_items_keeps_the_most_useful_per_domain(db):
