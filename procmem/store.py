@@ -712,11 +712,16 @@ def __iter__(self: MemoryStore):
     """Iterate over the active readable memories in insertion order (`items` for other statuses)."""
     return self.items()
 
-# %% ../nbs/02_store.ipynb #4ccd9e6a
+# %% ../nbs/02_store.ipynb #d45014a9
 def _status_filter(status) -> tuple:
     "The statuses asked for: a name, an iterable of names, or None for all; unknown names raise."
+    if isinstance(status, (bytes, dict)) or not (status is None or hasattr(status, "__iter__")):
+        raise TypeError(
+            f"status must be a status name, a list of them or None, got {type(status).__name__}"
+            f" {status!r:.40}"
+        )
     wanted = STATUSES if status is None else (status,) if isinstance(status, str) else tuple(status)
-    unknown = [x for x in wanted if x not in STATUSES]
+    unknown = [x for x in wanted if not isinstance(x, str) or x not in STATUSES]
     if unknown or not wanted:
         raise ValueError(
             f"status must be one of {', '.join(STATUSES)} (or None for all), got {status!r}"
