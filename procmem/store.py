@@ -712,7 +712,7 @@ def __iter__(self: MemoryStore):
     """Iterate over the active readable memories in insertion order (`items` for other statuses)."""
     return self.items()
 
-# %% ../nbs/02_store.ipynb #d45014a9
+# %% ../nbs/02_store.ipynb #8b7858d4
 def _status_filter(status) -> tuple:
     "The statuses asked for: a name, an iterable of names, or None for all; unknown names raise."
     if isinstance(status, (bytes, dict)) or not (status is None or hasattr(status, "__iter__")):
@@ -737,8 +737,13 @@ _BATCH = (
 @patch
 def items(self: MemoryStore, status="active"):
     """The readable memories with `status` (a name, several, or None: all), in insertion order; read
-    in batches, unreadable rows skipped."""
-    wanted = _status_filter(status)
+    in batches, unreadable rows skipped. A bad `status` raises here, not at the first item."""
+    return self._iter_items(_status_filter(status))
+
+
+@patch
+def _iter_items(self: MemoryStore, wanted: tuple):
+    "The readable memories whose status is in `wanted`, read 1,000 rows at a time."
     sql, last = _BATCH.format(self._status_sql, ",".join("?" * len(wanted))), 0
     while True:
         with self._lock:
