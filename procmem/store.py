@@ -585,7 +585,7 @@ def _insert(self: MemoryStore, c, item: MemoryItem, take_rev) -> str:
     c.execute("DELETE FROM tombstones WHERE id=?", (item.id,))
     return "added"
 
-# %% ../nbs/02_store.ipynb #1f3a1c88
+# %% ../nbs/02_store.ipynb #6df186f3
 @patch
 def _confirm_or_hold(
     self: MemoryStore, c, existing: MemoryItem, item: MemoryItem, take_rev=None
@@ -596,12 +596,21 @@ def _confirm_or_hold(
         statuses = dict(status=item.status, existing_status=existing.status)
         self._log(c, "held", [existing.id], candidate=item.id, **statuses)
         return "held"
-    if confirmation_by(existing, item) is None:
+    if _independent(existing, item) is None:
         return "unchanged"
     new = _confirmed(existing, item)
     rev = take_rev() if take_rev else self._next_rev(c)
     c.execute("UPDATE memories SET rev=?, data=? WHERE id=?", (rev, _dump(new), new.id))
     return "confirmed"
+
+
+def _independent(existing: MemoryItem, item: MemoryItem) -> dict | None:
+    """`confirmation_by(existing, item)`; None (not shown independent) when a provenance holds ids
+    that are not plain values (a list as `trajectory_id`, from a hand-edited file)."""
+    try:
+        return confirmation_by(existing, item)
+    except TypeError:  # unhashable ids: nothing can be compared, so nothing is counted
+        return None
 
 
 def _confirmed(existing: MemoryItem, item: MemoryItem) -> MemoryItem:
