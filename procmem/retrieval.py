@@ -419,7 +419,7 @@ def utility_factor(u: float, weight: float | None = None) -> float:
     w = UTILITY_WEIGHT if weight is None else weight
     return 1 - w + 2 * w * u
 
-# %% ../nbs/04_retrieval.ipynb #e2c686d4
+# %% ../nbs/04_retrieval.ipynb #b8878551
 def _check_now(now):
     "`now` unchanged if it is None, a datetime or an ISO-8601 string; else a ValueError."
     if now is None or isinstance(now, datetime):
@@ -437,6 +437,7 @@ def _utility_ranker(now=None):
     from procmem.lifecycle import utility  # lifecycle reads the store: imported when used
 
     now = datetime.now(timezone.utc) if _check_now(now) is None else now
+    now = parse_timestamp(now) if isinstance(now, str) else now  # parsed once, not per item
 
     def rank(hits: list, relevance, floor: float):
         hits = list(hits)
