@@ -441,8 +441,8 @@ def test_new_read_only_commands_create_nothing(tmp_path):
         r = procmem(*args, store=db)
         assert r.returncode == 0 and r.stderr == "", (args, r)
     r = procmem("report", "--out", tmp_path / "rep", store=db)
-    assert (r.returncode, r.stderr) == (2, f"procmem: error: no store at {db}: nothing to report (`procmem demo --store {db}`"
-                                           " makes one from the bundled sample runs)\n")
+    assert (r.returncode, r.stderr) == (2, f"procmem: error: no store at {db}: nothing to report (`procmem report --demo`"
+                                           " reports on the bundled demo bank)\n")
     assert not db.parent.exists() and not (tmp_path / "rep").exists()
 
 
