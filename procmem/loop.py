@@ -329,7 +329,7 @@ def _run_agent(agent, task: str, block: str) -> tuple[Trajectory, str | None]:
     steps = [Step(action="agent", error=err)]
     return Trajectory(task=task, steps=steps, answer=None, metadata={"agent_error": err}), err
 
-# %% ../nbs/12_loop.ipynb #f936fabe
+# %% ../nbs/12_loop.ipynb #8b7c33f4
 def _check_run_args(task, agent) -> None:
     "Raise for a task that is not a non-empty string or an agent that is not callable."
     if not isinstance(task, str) or not task.strip():
@@ -357,7 +357,8 @@ def _retrieve_step(
     scored = _retrieve(store, task, quarantine=True, **kw)
     fit = dict(budget_chars=budget, **({} if max_bullets is None else {"max_bullets": max_bullets}))
     injected = injected_memories([m for m, _ in scored], **fit)
-    store.record_retrieval([m.id for m, _ in scored], [m.id for m in injected])  # read-only: warns
+    if scored:  # one transaction for both counters (a read-only store: warns, counts nothing)
+        store.record_retrieval([m.id for m, _ in scored], [m.id for m in injected])
     return scored, injected, format_memories_for_injection(injected, **fit)
 
 
