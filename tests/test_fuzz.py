@@ -1225,7 +1225,6 @@ view_args = (st.none() | st.integers(-3, 2**70) | st.floats() | st.booleans() | 
              | st.datetimes())
 
 
-@pytest.mark.xfail(strict=True, reason="analysis fixing: to_df/events_df raise bare TypeError/OverflowError")
 @fuzz(120)
 @given(status=view_args, kind=view_args, since=view_args)
 def test_to_df_and_events_df_take_any_argument_cleanly(views_store, status, kind, since):

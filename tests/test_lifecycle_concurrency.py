@@ -59,7 +59,7 @@ def _pair(i: int) -> tuple[MemoryItem, MemoryItem]:
     return a, b
 
 
-def _run(procs, timeout=300):
+def _run(procs, timeout=900):
     for p in procs:
         p.start()
     deadline = time.time() + timeout
@@ -89,7 +89,7 @@ def _recorder(path, w, ids, barrier, out):
     "Record outcomes, injections and accesses of random items; write what was acknowledged, per id."
     s = _store(path)
     rng = random.Random(100 + w)
-    barrier.wait(timeout=120)
+    barrier.wait(timeout=600)
     acked = {i: dict.fromkeys(COUNTERS, 0) for i in ids}
     calls = Counter()
     for n in range(N_CALLS):
@@ -120,7 +120,7 @@ def _lifecycler(path, ids, barrier, out):
     "Archive, prune and restore the same items the recorders count, as fast as it can."
     s = _store(path)
     rng = random.Random(7)
-    barrier.wait(timeout=120)
+    barrier.wait(timeout=600)
     done = Counter()
     for r in range(12):
         active = [m.id for m in s.items() if m.id in ids]
@@ -170,7 +170,7 @@ N_PAIRS = 8
 def _pair_recorder(path, w, barrier, out):
     s = _store(path)
     rng = random.Random(300 + w)
-    barrier.wait(timeout=120)
+    barrier.wait(timeout=600)
     n = Counter()
     for k in range(150):
         i = rng.randrange(N_PAIRS)
@@ -187,7 +187,7 @@ def _pair_recorder(path, w, barrier, out):
 
 def _merger(path, barrier, out):
     s = _store(path)
-    barrier.wait(timeout=120)
+    barrier.wait(timeout=600)
     kept = []
     for i in range(N_PAIRS):
         time.sleep(0.02)  # let counters land on both items first
@@ -242,7 +242,7 @@ def test_merge_concurrent_with_counters_keeps_every_increment(tmp_path):
 
 def _archiver(path, ids, barrier, out):
     s = _store(path)
-    barrier.wait(timeout=120)
+    barrier.wait(timeout=600)
     for i in ids:
         s.archive([i], "reliability: no longer used", by="reliability")
     s.close()
@@ -253,7 +253,7 @@ def _searcher_loop(path, barrier, stop_file, out):
     "Search continuously while another process archives; no error, and count what came back."
     from procmem.retrieval import retrieve_memories
     s = _store(path)
-    barrier.wait(timeout=120)
+    barrier.wait(timeout=600)
     n = 0
     rng = random.Random(5)
     while not os.path.exists(stop_file):
@@ -309,7 +309,7 @@ def test_archived_items_leave_every_other_process_search(tmp_path):
 
 def _archive_rounds(path, ids, barrier, out):
     s = _store(path)
-    barrier.wait(timeout=120)
+    barrier.wait(timeout=600)
     n = Counter()
     for _ in range(3):
         for i in ids:
@@ -324,7 +324,7 @@ def _archive_rounds(path, ids, barrier, out):
 
 def _restore_all_loop(path, barrier, stop_file, out):
     s = _store(path)
-    barrier.wait(timeout=120)
+    barrier.wait(timeout=600)
     n = restored = 0
     while not os.path.exists(stop_file):
         restored += len(s.restore_all(by="reliability"))
@@ -375,7 +375,7 @@ def test_restore_all_racing_archive_ends_consistent(tmp_path):
 def _purger(path, ids, barrier, out):
     "Delete (purge) memories one by one, lowest ids first: the ones a max_items prune picks among equals."
     s = _store(path)
-    barrier.wait(timeout=120)
+    barrier.wait(timeout=600)
     n = 0
     for i in ids:
         s.delete(i)
@@ -386,7 +386,7 @@ def _purger(path, ids, barrier, out):
 
 def _pruner(path, n, step, barrier, out):
     s = _store(path)
-    barrier.wait(timeout=120)
+    barrier.wait(timeout=600)
     errors, archived = [], 0
     for k in range(1, 20):
         try:
@@ -470,7 +470,7 @@ def _loop_worker(path, n, barrier, out):
     from procmem.loop import run_with_memory
     from procmem.simulation import null_extractor, truth_judge
     s = _store(path)
-    barrier.wait(timeout=120)
+    barrier.wait(timeout=600)
     injected = demoted = 0
     for _ in range(n):
         r = run_with_memory(LOOP_TASK, _failing_run, s, judge=truth_judge, extractor=null_extractor, k=1)
