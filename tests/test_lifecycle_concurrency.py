@@ -86,7 +86,7 @@ N_CALLS = 90
 
 
 def _recorder(path, w, ids, barrier, out):
-    "Record outcomes, injections and accesses of random items; write what was acknowledged, per id."
+    "Record outcomes, injections, accesses and retrievals of random items; write what was acknowledged, per id."
     s = _store(path)
     rng = random.Random(100 + w)
     barrier.wait(timeout=600)
@@ -94,7 +94,7 @@ def _recorder(path, w, ids, barrier, out):
     calls = Counter()
     for n in range(N_CALLS):
         got = rng.sample(ids, 2)
-        kind = n % 3
+        kind = n % 4
         if kind == 0:
             ok = rng.random() < 0.6
             s.record_outcome(got, ok)  # returns after its commit: acknowledged
@@ -107,11 +107,18 @@ def _recorder(path, w, ids, barrier, out):
             for i in got:
                 acked[i]["injected_count"] += 1
             calls["inject"] += 1
-        else:
+        elif kind == 2:
             s.record_access(got)
             for i in got:
                 acked[i]["access_count"] += 1
             calls["retrieve"] += 1
+        else:  # what the loop calls: both retrieved, the first injected, one transaction
+            s.record_retrieval(got, got[:1])
+            for i in got:
+                acked[i]["access_count"] += 1
+            acked[got[0]]["injected_count"] += 1
+            calls["retrieve"] += 1
+            calls["inject"] += 1
     s.close()
     Path(out).write_text(json.dumps({"acked": acked, "calls": calls}))
 

@@ -25,6 +25,7 @@ from procmem import MemoryItem, MemoryStore
 from procmem.bootstrap import bootstrap_general_strategies
 from procmem.ingest import read_trajectories
 from procmem.loop import run_with_memory
+from procmem.store import StoreError
 from procmem.trajectory import Trajectory
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -658,3 +659,21 @@ def test_cli_import_update_on_edited_exports(store_copy, tmp_path):
     r = procmem("import", "--update", tmp_path / "evil.json", store=store_copy)
     assert "Traceback" not in r.stderr and r.returncode in (0, 1, 2), r.stderr
     _never_active_with(store_copy, used[0]["id"], texts[0])
+
+
+@pytest.mark.xfail(strict=True, reason="store fixing: update()/modify() skip the per-domain cap")
+def test_an_edit_cannot_move_a_memory_into_a_full_domain(store_copy, tmp_path):
+    "The per-domain cap that refuses `add` and `restore` also refuses an edit (CLI or update()) moving a memory in."
+    with MemoryStore(store_copy, readonly=True) as s:
+        full = Counter(m.domain for m in s).most_common(1)[0][0]
+        cap = s.count(domain=full)
+        mover = next(m for m in s if m.domain != full)
+    r = procmem("--max-active-per-domain", cap, "edit", mover.id, "--domain", full, store=store_copy)
+    assert r.returncode == 2 and "cap" in r.stderr and "Traceback" not in r.stderr, (r.returncode, r.stderr)
+    with MemoryStore(store_copy, max_active_per_domain=cap) as s:
+        assert s.get(mover.id).domain == mover.domain and s.count(domain=full) == cap
+        m = s.get(mover.id)
+        m.domain = full
+        with pytest.raises(StoreError, match="cap"):
+            s.update(m)
+        assert s.count(domain=full) == cap
