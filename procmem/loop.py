@@ -402,7 +402,7 @@ def _demote_step(store: MemoryStore, outcome: dict) -> list:
     outcome["demoted"] = demoted
     return demoted
 
-# %% ../nbs/12_loop.ipynb #d83776cf
+# %% ../nbs/12_loop.ipynb #9df5a387
 def _retrieve_event(
     traj: Trajectory,
     memory: bool,
@@ -411,10 +411,12 @@ def _retrieve_event(
     block: str,
     timings: dict,
     refused: dict | None = None,
+    use_utility: bool = False,
 ) -> dict:
-    """The `loop.retrieve` event: what was retrieved (with scores), what the read checks refused
-    (id -> first reasons) and what was injected."""
+    """The `loop.retrieve` event: what was retrieved (with relevances, in rank order), the ranking
+    used, what the read checks refused (id -> first reasons) and what was injected."""
     return dict(
+        ranking="utility" if use_utility else "relevance",
         refused={id: list(why)[:2] for id, why in (refused or {}).items()},
         kind="loop.retrieve",
         ids=[m.id for m in injected],
@@ -437,7 +439,7 @@ def _agent_event(traj: Trajectory, err: str | None, timings: dict) -> dict:
         latency_ms=round(timings["agent"], 2),
     )
 
-# %% ../nbs/12_loop.ipynb #5cdcad16
+# %% ../nbs/12_loop.ipynb #49bbb40e
 USE_UTILITY = True  # run_with_memory's default for `use_utility` (see "Usefulness in ranking")
 
 
@@ -478,7 +480,7 @@ def run_with_memory(
     traj.metadata = {**(traj.metadata or {}), "memory": memory}
     traj.metadata["injected_ids"] = [m.id for m in injected]
     events = [
-        _retrieve_event(traj, memory, scored, injected, block, timings, refused),
+        _retrieve_event(traj, memory, scored, injected, block, timings, refused, use_utility),
         _agent_event(traj, err, timings),
     ]
     lkw = dict(llm=llm, judge=judge, extractor=extractor, domain=domain, task_values=task_values)
