@@ -669,10 +669,10 @@ def _cmd_quarantine(args) -> int:
         print(f"quarantined {_one_line(m.id)} by {_one_line(e['detail']['by'])} at {e['at']}")
     return 0
 
-# %% ../nbs/13_cli.ipynb #6a21d43a
+# %% ../nbs/13_cli.ipynb #81690459
 def store_stats(store: MemoryStore, path) -> dict:
     """The absolute `path`, whether it exists, active memories by source type (all of them) and
-    domain (most first), quarantined memories, revision and event count."""
+    domain (most first), quarantined and archived memories, revision and event count."""
     items = list(store)
     by_domain = Counter(m.domain for m in items)
     st = Counter(m.source_type for m in items)
@@ -681,13 +681,14 @@ def store_stats(store: MemoryStore, path) -> dict:
         exists=Path(path).exists(),
         count=len(items),
         quarantined=store.count("quarantined"),
+        archived=store.count("archived"),
         by_source_type={t: st[t] for t in SOURCE_TYPES},
         by_domain=dict(sorted(by_domain.items(), key=lambda kv: (-kv[1], kv[0]))),
         revision=store.rev,
         events=len(store.events()),
     )
 
-# %% ../nbs/13_cli.ipynb #6ca7dbdf
+# %% ../nbs/13_cli.ipynb #d69fee24
 def _counts(d: dict) -> str:
     "`key n, key n` (text made one-line), or '-' for none."
     return ", ".join(f"{_one_line(k)} {v}" for k, v in d.items()) or "-"
@@ -705,6 +706,8 @@ def _cmd_stats(args) -> int:
     print(f"memories: {st['count']}")
     if st["quarantined"]:
         print(f"quarantined: {st['quarantined']} (procmem list --quarantined)")
+    if st["archived"]:
+        print(f"archived: {st['archived']} (procmem list --archived)")
     print(f"by source_type: {_counts(st['by_source_type'])}")
     print(f"by domain: {_counts(st['by_domain'])}")
     print(f"revision: {st['revision']}")

@@ -82,7 +82,9 @@ def test_rm_archives_with_reason_and_restore_brings_it_back(db):
     out = ok(procmem("rm", SUB, "retry-page", "--reason", "superseded by the wiki", "--by", "alice", store=db))
     ft.test_eq(out.splitlines()[:2], [f"archived {SUB}  Find Subclasses Using GraphMeta",
                                       "archived retry-page  Retry a timed-out page load"])
-    ft.test_eq(json.loads(ok(procmem("stats", "--json", store=db)))["count"], n - 2)  # not counted
+    st = json.loads(ok(procmem("stats", "--json", store=db)))
+    ft.test_eq((st["count"], st["archived"]), (n - 2, 2))  # not counted as memories; counted as archived
+    assert "archived: 2 (procmem list --archived)" in ok(procmem("stats", store=db)).splitlines()
     ft.test_eq(ok(procmem("search", "What are the subclasses of Activity?", "--json", store=db)).count(SUB), 0)
     archived = json.loads(ok(procmem("list", "--archived", "--json", store=db)))
     ft.test_eq(sorted(m["id"] for m in archived), sorted([SUB, "retry-page"]))
@@ -188,6 +190,23 @@ def test_edit_a_learned_memory_in_an_editor(db, tmp_path):
     ft.test_eq((m["content"], m["tags"][-1]), (alf["content"] + "\n- Check the receptacle before acting", "checked"))
     ft.test_eq(m["lineage"][-1]["content"], alf["content"])
     ft.test_eq(ok(procmem("edit", alf["id"], store=db, env={"EDITOR": "true"})), f"unchanged: {alf['id']}\n")
+
+
+def test_edit_json_prints_the_stored_memory(db):
+    m = json.loads(ok(procmem("edit", "retry-page", "--description", "When a page load takes too long", "--json", store=db)))
+    ft.test_eq((m["id"], m["description"], m["success_count"]), ("retry-page", "When a page load takes too long", 5))
+    ft.test_eq(m, show(db, "retry-page"))
+
+
+def test_prune_older_than_picks_only_long_unused_memories(db):
+    dry = json.loads(ok(procmem("prune", "--dry-run", "--older-than", "100", "--json", store=db)))
+    ids = {c["id"] for c in dry["candidates"]}
+    assert SUB in ids and all(c["idle_days"] > 100 or c["harmful"] for c in dry["candidates"]), dry  # bootstrap: 2025, never used
+    alf = {m["id"] for m in json.loads(ok(procmem("list", "--json", "--domain", "alfworld", store=db)))}
+    ft.test_eq(ids & alf, set())  # learned today
+    only = json.loads(ok(procmem("prune", "--older-than", "100", "--domain", "ontology", "--json", store=db)))
+    assert only["archived"] and all(show(db, i)["domain"] == "ontology" for i in only["archived"]), only
+    ft.test_eq(show(db, "retry-page")["status"], "active")
 
 
 def test_visual_is_the_fallback_editor(db):
