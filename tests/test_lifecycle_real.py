@@ -125,6 +125,18 @@ def test_counters_add_up_with_the_loop_events(real):
         assert len(s.events(kind="inject")) == sum(1 for r in results if r.injected)  # one event per run
 
 
+def test_the_shared_reflexion_runs_are_replayed_and_counted(real):
+    "The shared HotpotQA log (when present) is part of the real store: its runs inject memories and are judged."
+    if not HOTPOT.exists():
+        pytest.skip(f"shared data absent: {HOTPOT}")
+    _, results = real
+    tasks = {t.task for _, t in _shared_runs()}
+    mine = [r for r in results if r.task in tasks]
+    assert len(mine) >= N_HOTPOT  # both passes of the shared runs (repeated questions counted once per run)
+    assert sum(len(r.injected) for r in mine) > 0 and any(r.success is True for r in mine)
+    assert any(r.success is False for r in mine)
+
+
 def test_extrinsic_and_undecided_runs_move_no_use_counter(real):
     "Runs the judge could not decide (no verdict) or called extrinsic: injected, but never used."
     db, results = real
@@ -485,13 +497,32 @@ def _never_active_with(db, mid, text):
         assert all(text not in h.content for h in hits)
 
 
-def test_cli_edit_cannot_bypass_the_scanner(store_copy):
-    texts = _flagged_injections(4)
+def test_cli_edit_cannot_bypass_the_scanner(store_copy, tmp_path):
+    """Injections put in through `edit --content` or the $EDITOR JSON (description, content): refused or
+    quarantined, never active."""
+    texts = _flagged_injections(6)
     ids = _active_ids(store_copy)
-    for mid, text in zip(ids, texts):
+    for mid, text in zip(ids, texts[:4]):
         r = procmem("edit", mid, "--content", "1. Open the settings page\n2. " + text, store=store_copy)
         assert "Traceback" not in r.stderr and r.returncode in (0, 1, 2), r.stderr
         _never_active_with(store_copy, mid, text)
+    for k, (mid, text) in enumerate(zip(ids[4:], texts[4:])):
+        payload = tmp_path / f"payload{k}.txt"
+        payload.write_text(text)
+        script = tmp_path / f"inject{k}.py"
+        script.write_text("import json, sys\np = sys.argv[1]\nd = json.load(open(p))\n"
+                          f"d['description'] = open({str(payload)!r}).read()\n"
+                          f"d['content'] += '\\n- ' + open({str(payload)!r}).read()\n"
+                          "json.dump(d, open(p, 'w'))\n")
+        editor = tmp_path / f"inject{k}.sh"
+        editor.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{script}" "$@"\n')
+        editor.chmod(0o755)
+        r = procmem("edit", mid, store=store_copy, env={"EDITOR": str(editor), "VISUAL": str(editor)})
+        assert "Traceback" not in r.stderr and r.returncode in (0, 1, 2), r.stderr
+        _never_active_with(store_copy, mid, text)
+        with MemoryStore(store_copy, readonly=True) as s:
+            m = s.get(mid)
+            assert m.status != "active" or text not in m.description
 
 
 def test_merge_cannot_bypass_the_scanner(store_copy):
