@@ -218,7 +218,7 @@ def merge(
     with self._write() as c:
         return _merge_in(self, c, ids, who)
 
-# %% ../nbs/16b_editing.ipynb #ffcb6b83
+# %% ../nbs/16b_editing.ipynb #db538966
 _HISTORY_FIELDS = ("title", "description", "content", "tags", "task_query")
 _TEXT_EVENTS = ("merge", "edit", "modify", "update")  # event kinds that rewrite a memory's text
 
@@ -238,13 +238,13 @@ _EVENT_LAG_S = 60  # an event is logged within this many seconds after its versi
 
 
 def _match_events(sinces: list, events: list) -> list:
-    """For each moment in `sinces` (oldest first) the first unused event logged at or just after it,
-    or {}: edits made within one second still pair up in order."""
+    """For each moment in `sinces` (newest first) the latest unused event logged at or just after
+    it, or {}: edits made within one second still pair up in order."""
     used, out = set(), []
     for since in sinces:
         t = parse_timestamp(since) if since else None
         hit = {}
-        for e in events if t else []:
+        for e in reversed(events) if t else []:
             lag = (parse_timestamp(e["at"]) - t).total_seconds()
             if e["seq"] not in used and 0 <= lag <= _EVENT_LAG_S:
                 hit = e
@@ -252,6 +252,15 @@ def _match_events(sinces: list, events: list) -> list:
                 break
         out.append(hit)
     return out
+
+# %% ../nbs/16b_editing.ipynb #e5754e28
+def _made_oldest(events: list, paired: list) -> dict:
+    """The event that made the oldest kept version when older ones were dropped from `lineage`: the
+    last text event before the one that replaced it, not paired with a newer version; or {}."""
+    used = {e["seq"] for e in paired if e}
+    stop = paired[-1].get("seq") if paired and paired[-1] else None
+    left = [e for e in events if e["seq"] not in used and (stop is None or e["seq"] < stop)]
+    return left[-1] if left else {}
 
 # %% ../nbs/16b_editing.ipynb #d388f414
 def _version_row(v: dict, n: int, older: dict | None, since: str | None, ev: dict) -> dict:
@@ -271,7 +280,7 @@ def _version_row(v: dict, n: int, older: dict | None, since: str | None, ev: dic
         fingerprint=v.get("fingerprint"),
     )
 
-# %% ../nbs/16b_editing.ipynb #c606d61f
+# %% ../nbs/16b_editing.ipynb #7375ddbd
 @patch
 def history(self: MemoryStore, id: str) -> list[dict]:  # the memory (any status)
     """The versions of memory `id`'s text, newest first: the current one, then the previous ones
@@ -284,7 +293,10 @@ def history(self: MemoryStore, id: str) -> list[dict]:  # the memory (any status
     full = len(cur.lineage) >= LIMITS["lineage"]  # older versions may have been dropped
     olders = versions[1:] + [None]
     sinces = [o.get("replaced_at") if o else (None if full else cur.created_at) for o in olders]
-    evs = _match_events(sinces[-2::-1], _text_events(self, id))[::-1] + [{}]
+    events = _text_events(self, id)
+    evs = _match_events(sinces[:-1], events)
+    evs.append(_made_oldest(events, evs) if full else {})
+    sinces[-1] = evs[-1].get("at", sinces[-1])
     rows = [
         _version_row(v, len(versions) - i, olders[i], sinces[i], evs[i])
         for i, v in enumerate(versions)

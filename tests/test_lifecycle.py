@@ -533,7 +533,18 @@ def test_history_keeps_the_last_three_previous_versions(bank):
     h = bank.history(first.id)
     ft.test_eq(len(h), 4)  # current + 3 kept
     ft.test_eq(h[-1]["content"], "1. version 3")
-    ft.test_eq(h[-1]["since"], None)  # older versions were dropped: when it began is unknown here
+    ft.test_eq([r["why"] for r in h], ["edit"] * 4)  # the oldest kept one too: its edit event says
+    edits = [e for e in bank.events(kind="edit")]
+    ft.test_eq([r["since"] for r in h], [e["at"] for e in edits[-4:]][::-1])
+
+
+def test_history_names_every_editor_after_more_edits_than_lineage_keeps(bank):
+    first = list(bank)[0]
+    for who in ("alice", "bob", "carol", "dave"):
+        _edit(bank, first.id, f"1. written by {who}", who)
+    h = bank.history(first.id)
+    ft.test_eq([r["by"] for r in h], ["dave", "carol", "bob", "alice"])
+    ft.test_eq([r["content"] for r in h], [f"1. written by {w}" for w in ("dave", "carol", "bob", "alice")])
 
 
 def test_history_of_a_merge_and_errors(bank):
