@@ -240,6 +240,8 @@ def test_merge_concurrent_with_counters_keeps_every_increment(tmp_path):
             want = {k: v + _from_log(s, b.id, before=seq)[k] for k, v in _from_log(s, a.id).items()}
             got = {k: getattr(a, k) for k in want}
             assert got == want, f"pair {i}: kept item's counters {got} != own + merged increments {want}"
+            after = {k: _from_log(s, b.id)[k] - _from_log(s, b.id, before=seq)[k] for k in want}
+            assert {k: getattr(b, k) for k in want} == after, (i, after)  # moved, not copied: counted once
             assert a.status == "active" and b.status == "archived"
             assert any(a.id in r for r in b.status_reasons), b.status_reasons
         assert s.count() == N_PAIRS and s.count(status="archived") == N_PAIRS
