@@ -220,7 +220,7 @@ def _add_min_confirmations(c) -> None:
         ),
     )
 
-# %% ../nbs/13_cli.ipynb #b4b34e58
+# %% ../nbs/13_cli.ipynb #b792d804
 def _add_inspection(cmd) -> None:
     "`show`, `list`, `stats`, `export`, `import`, `bootstrap`, `validate`, `repair`."
     cmd("show", "print one memory as JSON").add_argument("id", help="the exact id")
@@ -264,7 +264,7 @@ def _add_inspection(cmd) -> None:
 
 def _add_list(cmd) -> None:
     "`list`: which memories (status, domain, source type), in which order, how many."
-    from procmem.cli_manage import SORT_KEYS
+    from procmem.cli_lifecycle import SORT_KEYS
 
     l = cmd("list", "one line per memory: id, source type, domain, title")
     l.add_argument("--limit", type=_count, metavar="N", help="show at most N")
@@ -367,14 +367,21 @@ def _cap(args) -> int | None:
     n = getattr(args, "max_active_per_domain", None)
     return DEFAULT_MAX_ACTIVE_PER_DOMAIN if n is None else n or None
 
-# %% ../nbs/13_cli.ipynb #c4bfc265
+# %% ../nbs/13_cli.ipynb #ce2ffff1
 def _manage():
     "`procmem.cli_manage`, imported on first use (it imports this module)."
     from procmem import cli_manage
 
     return cli_manage
 
-# %% ../nbs/13_cli.ipynb #ecaac696
+
+def _lifecycle():
+    "`procmem.cli_lifecycle`, imported on first use (it imports this module and cli_manage)."
+    from procmem import cli_lifecycle
+
+    return cli_lifecycle
+
+# %% ../nbs/13_cli.ipynb #d420fd00
 def build_parser() -> argparse.ArgumentParser:
     "The `procmem` argument parser: a global --store and one subcommand per action."
     p = _Parser(
@@ -410,7 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
     def cmd(name, help):
         return sub.add_parser(name, help=help, description=help, parents=[late])
 
-    for add in (_add_add, _add_search, _add_inspection, _add_learning, _manage().add_parsers):
+    adders = (_add_add, _add_search, _add_inspection, _add_learning)
+    for add in adders + (_manage().add_parsers, _lifecycle().add_parsers):
         add(cmd)
     return p
 
@@ -582,14 +590,14 @@ def _cmd_show(args) -> int:
     _print_json(item.to_dict())
     return 0
 
-# %% ../nbs/13_cli.ipynb #2a7a6690
+# %% ../nbs/13_cli.ipynb #c33453e5
 def _cmd_list(args) -> int:
     """`procmem list`: one aligned line per memory (id, source type, domain, title) of a status
     (active; --quarantined or --archived with their reasons), filtered and sorted; or JSON."""
-    manage = _manage()
-    status = manage._list_status(args)
+    lc = _lifecycle()
+    status = lc._list_status(args)
     with open_store(args.store, readonly=True) as store:
-        items, total = manage._list_items(store, args)
+        items, total = lc._list_items(store, args)
         filtered = args.domain is not None or args.source_type is not None
         others = ("quarantined", "archived") if status == "active" and not filtered else ()
         hidden = {s: store.count(s) for s in others}
@@ -607,7 +615,7 @@ def _print_list(items: list, total: int, status: str, args, hidden: dict) -> Non
         print("No memories match." if args.domain or args.source_type else none)
     column = None
     if args.sort not in (None, "title"):
-        column = (args.sort, [_manage()._shown_value(m, args.sort) for m in items])
+        column = (args.sort, [_lifecycle()._shown_value(m, args.sort) for m in items])
     _print_rows(items, status != "active", column)
     if len(items) < total:
         one = "memory" if status == "active" else f"{status} memory"
@@ -1259,11 +1267,11 @@ def _say_warnings(caught) -> None:
             " them",
         )
 
-# %% ../nbs/13_cli.ipynb #2b3f15f5
+# %% ../nbs/13_cli.ipynb #21f4e920
 def _run(argv) -> int:
     "Parse `argv` and run the command, its warnings printed as one line each."
     args = build_parser().parse_args(argv)
-    commands = {**_manage().COMMANDS, **_COMMANDS}
+    commands = {**_manage().COMMANDS, **_lifecycle().COMMANDS, **_COMMANDS}
     if args.command is None:
         raise UsageError(
             f"missing command; use one of {', '.join(sorted(commands))} (procmem --help)"
@@ -1308,11 +1316,11 @@ def main(argv=None) -> int:
         _say("internal error", f"{type(e).__name__}: {e}")
         return 1
 
-# %% ../nbs/13_cli.ipynb #49a235b9
+# %% ../nbs/13_cli.ipynb #2ef22e86
 #| eval: false
 # Running `python -m procmem.cli`. Not run in the notebook, where __name__ is also "__main__".
 # It runs `procmem.cli.main`, not this `__main__` copy of the module: the commands of
-# procmem.cli_manage raise procmem.cli's `UsageError`, which this copy's `main` would not catch.
+# procmem.cli_manage and cli_lifecycle raise procmem.cli's `UsageError`, which this copy's `main` would not catch.
 if __name__ == "__main__":
     from procmem.cli import main as _main
 
