@@ -425,12 +425,11 @@ def test_cli_edit_with_options_and_with_editor_script(store_copy, tmp_path):
         assert s.get(mid).to_dict() == m.to_dict()
 
 
-@pytest.mark.xfail(strict=True, reason="lifecycle fixing: the oldest kept version loses who/when/why")
 def test_history_after_four_edits_names_every_editor(store_copy):
     """Four edits by four people (lineage keeps 3 old versions): every version history shows says who made it,
     when and why (the event log has all four edits)."""
-    mid = next(m.id for m in MemoryStore(store_copy, readonly=True) if m.source_type != "seed")
     with MemoryStore(store_copy, readonly=True) as s:
+        mid = next(m.id for m in s if m.source_type != "seed")
         base = s.get(mid).content
     for who in ("alice", "bob", "carol", "dave"):
         _ok(procmem("edit", mid, "--content", f"{base}\n- Note from {who}: record which source answered.",
@@ -613,6 +612,8 @@ def _self_leaks(df, learned: dict) -> list:
 
 
 REGIONS = ["north", "south", "east", "west", "central", "coastal", "alpine", "delta"]
+MANY_REGIONS = REGIONS + ["upland", "lowland", "island", "valley", "harbor", "desert", "forest", "prairie",
+                          "tundra", "canyon", "plateau", "lakeside"]
 
 
 def _sales_run(task, block):
@@ -622,24 +623,26 @@ def _sales_run(task, block):
         dict(action="sum_column('sales')", observation="total: 1200")])
 
 
-@pytest.mark.xfail(strict=True, reason="eval fixing: exclude_self keys only the last 5 example queries")
-def test_ab_test_never_injects_a_memory_a_task_taught(tmp_path):
-    """Eight tasks of one procedure teach one memory (the 2nd..8th runs merge into it): in the A/B memory arm
-    no task may be shown it (exclude_self), however many tasks it was learned from."""
+@pytest.mark.parametrize("regions", [
+    REGIONS, pytest.param(MANY_REGIONS, marks=pytest.mark.xfail(
+        strict=True, reason="eval/ranking fixing: loop.gate events do not name the task (bounded keys)"))],
+    ids=["8-tasks", "20-tasks"])
+def test_ab_test_never_injects_a_memory_a_task_taught(tmp_path, regions):
+    """Eight (twenty) tasks of one procedure teach one memory (every later run merges into it): in the A/B
+    memory arm no task may be shown it (exclude_self), however many tasks it was learned from."""
     from procmem.eval import ab_test, store_copies
     db = tmp_path / "learned.db"
-    tasks = [f"Sum the monthly sales rows of the {r} regional sales table and report the total" for r in REGIONS]
+    tasks = [f"Sum the monthly sales rows of the {r} regional sales table and report the total" for r in regions]
     task_of = {}
     with MemoryStore(db) as s:
         for t in tasks:
             task_of[run_with_memory(t, _sales_run, s, memory=False).trajectory.id] = t
         learned = _learned_by_task(s, task_of)
         assert len(s) == 1 and all(len(learned[t]) >= 1 for t in tasks)  # one memory, taught by every task
-    df = ab_test([{"task": t, "id": r} for t, r in zip(tasks, REGIONS)], _sales_run, store_copies(db))
+    df = ab_test([{"task": t, "id": r} for t, r in zip(tasks, regions)], _sales_run, store_copies(db))
     assert _self_leaks(df, learned) == []
 
 
-@pytest.mark.xfail(strict=True, reason="eval fixing: exclude_self compares full tasks to 600-char stored ones")
 def test_ab_test_never_injects_a_memory_a_task_taught_on_real_runs(tmp_path):
     "The same on the real runs (fixtures, and the shared Reflexion HotpotQA log when present): no self-retrieval."
     from procmem.eval import ab_test, store_copies
