@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['ARMS', 'FrozenStoreError', 'store_copies', 'ab_test', 'mcnemar_exact', 'summarize_ab', 'judge_agreement']
 
-# %% ../nbs/18_eval.ipynb #67f4e78b
+# %% ../nbs/18_eval.ipynb #f40c0edb
 import hashlib
 import inspect
 import json
@@ -24,10 +24,16 @@ from .judge import Judgment, attributable, judge_trajectory, verdict_label
 from .judge import agreement_metrics
 from .loop import _judge_step, run_with_memory
 from .store import MemoryStore, ReadOnlyWarning, StoreError
-from .text import fold_text
 from .extract import without_injected
 from .ingest import as_trajectory
-from .trajectory import Trajectory, extract_trajectory_artifact, hide_outcome
+from procmem.trajectory import (
+    ARTIFACT_LIMITS,
+    Trajectory,
+    _clip,
+    extract_trajectory_artifact,
+    hide_outcome,
+)
+from .trust import _task_key as _task_hash
 
 # %% ../nbs/18_eval.ipynb #fa62a396
 ARMS = {
@@ -114,33 +120,58 @@ def _state_diff(before: dict, after: dict) -> dict:
         changed=sorted(i for i in set(before) & set(after) if before[i] != after[i]),
     )
 
-# %% ../nbs/18_eval.ipynb #7209568c
-def _task_key(text: str) -> str:
-    "The task text as compared for self-retrieval: cut like task_query, folded, spaces collapsed."
-    return " ".join(fold_text(text[: LIMITS["task_query"]]).split())
+# %% ../nbs/18_eval.ipynb #fb14272a
+_LEARNED_ACTIONS = (
+    "add",
+    "merge",
+    "replace",
+    "confirm",
+    "update",
+)  # gate actions that store a lesson
+
+
+def _task_keys(task: str) -> set:
+    "The hashes a task's lessons are stored under: its text as given and as the artifact cuts it."
+    cut = LIMITS["task_query"]
+    return {_task_hash(task[:cut]), _task_hash(_clip(task, ARTIFACT_LIMITS["task"])[:cut])}
 
 
 def _item_keys(m: MemoryItem) -> set:
-    "The task keys (and ('id', task id)) a memory was learned from."
-    texts = [m.task_query, *m.example_queries, (m.provenance or {}).get("task")]
-    keys = {_task_key(t) for t in texts if isinstance(t, str) and t.strip()}
-    tid = (m.provenance or {}).get("task_id")
+    "The task hashes (and ('id', task id)) a memory was learned from or confirmed by."
+    p = m.provenance or {}
+    texts = [m.task_query, *m.example_queries, p.get("task")]
+    keys = {_task_hash(t) for t in texts if isinstance(t, str) and t.strip()}
+    confirmed = [c.get("task") for c in p.get("confirmed_by") or [] if isinstance(c, dict)]
+    keys |= {k for k in confirmed if isinstance(k, str)}
+    tid = p.get("task_id")
     return keys | ({("id", str(tid))} if tid is not None else set())
 
 
 def _learned_from(store: MemoryStore) -> dict:
-    "task key -> ids of the active memories learned from that task."
+    "task hash -> ids of the active memories learned from that task (items, then gate events)."
     out = {}
     for m in store.items():
         for k in _item_keys(m):
             out.setdefault(k, set()).add(m.id)
+    for e in store.events(kind="loop.gate"):
+        d = e.get("detail") or {}
+        if d.get("action") in _LEARNED_ACTIONS and isinstance(d.get("task"), str):
+            out.setdefault(d["task"], set()).update(e["ids"])
     return out
 
 
-def _self_ids(index: dict, spec: dict) -> list[str]:
-    "The ids a task must not retrieve: memories learned from itself."
-    ids = index.get(_task_key(spec["task"]), set()) | index.get(("id", spec["task_id"]), set())
-    return sorted(ids)
+def _self_ids(index: dict, spec: dict, taught: dict | None = None) -> list[str]:
+    "The ids a task must not retrieve: memories learned from it (`taught`: by this test's runs)."
+    keys = [*_task_keys(spec["task"]), ("id", spec["task_id"])]
+    return sorted(set().union(*(index.get(k, set()) | (taught or {}).get(k, set()) for k in keys)))
+
+
+def _taught_ids(res) -> list[str]:
+    "The ids a run's gates stored or merged its lessons into (its `loop.gate` events)."
+    gates = [e for e in getattr(res, "events", None) or [] if e.get("kind") == "loop.gate"]
+    return sorted(
+        {i for e in gates if e.get("action") in _LEARNED_ACTIONS for i in e.get("ids", [])}
+    )
 
 # %% ../nbs/18_eval.ipynb #3a473f6a
 def _run_seed(seed: int, task_id: str, repeat: int) -> int:
@@ -211,7 +242,7 @@ def _judge_run(traj: Trajectory, judge, llm) -> Judgment:
     t = without_injected(traj)
     return _judge_step(t, extract_trajectory_artifact(t), judge, llm)
 
-# %% ../nbs/18_eval.ipynb #2dea4619
+# %% ../nbs/18_eval.ipynb #7071c7af
 def _run_kwargs(arm_kw: dict, run_kw: dict, exclude: list) -> dict:
     "The keywords for run_with_memory: the arm's over the test's, and the exclusions."
     kw = {**run_kw, **arm_kw}
@@ -247,6 +278,7 @@ def _run_row(spec, arm, repeat, agent, store, kw) -> dict:
         latency_ms=res.timings["retrieve"] + res.timings["agent"],
         injected_ids=[m.id for m in res.injected],
         excluded_ids=list(kw.get("exclude_ids", ())),
+        taught_ids=_taught_ids(res),
         agent_error=res.agent_error,
     )
 
@@ -298,7 +330,7 @@ def _fresh_store(factory, seen: list, first: dict | None) -> tuple:
         raise ValueError(f"store_factory returned a store unlike the first one: {diff}")
     return s, state
 
-# %% ../nbs/18_eval.ipynb #88b90185
+# %% ../nbs/18_eval.ipynb #3398b383
 def _frozen_view(store: MemoryStore) -> tuple:
     "(a read-only MemoryStore on the same memories, a temp folder to remove or None)."
     if store.path is not None:
@@ -311,13 +343,16 @@ def _frozen_view(store: MemoryStore) -> tuple:
 
 def _arm_rows(specs, name, arm_kw, r, agent, store, opts) -> list[dict]:
     "Run every task of one arm and repeat on `store`, in order."
-    learns, rows, index = arm_kw.get("learn", True), [], None
+    learns, rows, index, taught = arm_kw.get("learn", True), [], None, {}
     for spec in specs:
         if opts["exclude_self"] and arm_kw.get("memory", True) and (index is None or learns):
             index = _learned_from(store)  # a learning arm: again before every task
-        kw = _run_kwargs(arm_kw, opts["run_kw"], _self_ids(index, spec) if index else [])
+        exclude = _self_ids(index, spec, taught) if index is not None else []
+        kw = _run_kwargs(arm_kw, opts["run_kw"], exclude)
         s = _run_seed(opts["seed"], spec["task_id"], r)
         rows.append(_run_row(spec, name, r, _seeded(agent, s), store, kw))
+        for k in _task_keys(spec["task"]):
+            taught.setdefault(k, set()).update(rows[-1]["taught_ids"])
     return rows
 
 

@@ -115,6 +115,25 @@ def test_learning_arm_excludes_what_it_learned_from_the_same_task():
     assert len(stored) == len(again.excluded_ids)
 
 
+def test_long_real_tasks_never_see_their_own_lesson(tmp_path):
+    "Reflexion HumanEval runs (tasks of 700-850 characters): what a run taught is stored under the artifact's cut task."
+    runs = [t for f in sorted((FIX / "trajectories" / "reflexion").glob("*humaneval*")) for t in read_trajectories(f)]
+    assert runs and max(len(t.task) for t in runs) > 600
+    db = tmp_path / "learned.db"
+    taught = {}
+    with MemoryStore(db) as s:
+        for t in runs:
+            taught.setdefault(t.task, set()).update(m.id for m in learn_from_trajectory(t, s).stored)
+        active = {m.id for m in s.items()}
+    assert any(taught.values()), "the runs must teach something for this test to mean anything"
+    by_task = {t.task: t for t in runs}
+    tasks = [dict(task=task, id=f"h{i}") for i, task in enumerate(by_task)]
+    df = ab_test(tasks, lambda task, block: by_task[task], store_copies(db), arms=("memory",))
+    for r in df.itertuples():
+        assert not set(r.injected_ids) & taught[r.task], (r.task_id, r.injected_ids)
+        assert taught[r.task] & active <= set(r.excluded_ids), (r.task_id, r.excluded_ids)  # found, not luck
+
+
 def test_runs_are_reproducible_from_the_seed():
     tasks = ["Sort the table by date", "Sum the sales column", "Find the largest region"]
     run = lambda seed: ab_test(tasks, scripted, MemoryStore, arms=("none",), repeats=4, seed=seed)  # noqa: E731
