@@ -19,7 +19,7 @@ from procmem.eval import (ARMS, FrozenStoreError, _store_state, ab_test, judge_a
                           store_copies, summarize_ab)
 from procmem.ingest import read_trajectories
 from procmem.judge import judge_trajectory
-from procmem.loop import demo_trajectories, learn_from_trajectory
+from procmem.loop import demo_trajectories, learn_from_trajectory, run_with_memory
 from procmem.store import MemoryStore, StoreError
 from procmem.trajectory import Step, Trajectory
 
@@ -132,6 +132,26 @@ def test_long_real_tasks_never_see_their_own_lesson(tmp_path):
     for r in df.itertuples():
         assert not set(r.injected_ids) & taught[r.task], (r.task_id, r.injected_ids)
         assert taught[r.task] & active <= set(r.excluded_ids), (r.task_id, r.excluded_ids)  # found, not luck
+
+
+def _sales(task, block):
+    return dict(task=task, answer="1200", outcome={"success": True}, steps=[
+        dict(action="list_columns('sales')", observation="month, region, sales"),
+        dict(action="filter_rows(region)", observation="12 rows"),
+        dict(action="sum_column('sales')", observation="total: 1200")])
+
+
+@pytest.mark.xfail(strict=True, reason="needs the task hash in loop.gate events (asked of ranking in REQUESTS9)")
+def test_a_memory_taught_by_twenty_tasks_is_hidden_from_all_of_them(tmp_path):
+    "One memory, merged from 20 tasks before the test: more than example_queries (5) and confirmed_by (8) keep."
+    tasks = [f"Sum the monthly sales rows of the region number {i} sales table and report the total" for i in range(20)]
+    db = tmp_path / "learned.db"
+    with MemoryStore(db) as s:
+        for t in tasks:
+            run_with_memory(t, _sales, s, memory=False)
+        assert len(s) == 1
+    df = ab_test(tasks, _sales, store_copies(db), arms=("memory",))
+    assert df.injected_ids.map(len).sum() == 0, df[df.injected_ids.map(len) > 0][["task_id", "injected_ids"]]
 
 
 def test_runs_are_reproducible_from_the_seed():
