@@ -677,3 +677,47 @@ def test_sigkill_in_a_prune_loop_archives_only_with_an_event(tmp_path):
     found = {m.id for m, _ in s.search("calibrate lever gauge", k=n)}  # the index caught up with the crash
     assert found == {m.id for m in s} and not found & archived and len(s._index()) == len(s)
     s.close()
+
+
+IMPORTER = textwrap.dedent("""
+    import sys
+    import procmem.store_status
+    from procmem import MemoryStore
+    s = MemoryStore(sys.argv[1])
+    print("START", flush=True)
+    print(s.import_file(sys.argv[2], update=True), flush=True)
+""")
+
+
+@pytest.mark.slow
+def test_sigkill_inside_import_update_is_all_or_nothing(tmp_path):
+    "An edited export of 6,000 memories re-imported with update=True, killed mid-transaction: none or all updated."
+    db, n = tmp_path / "m.db", 6000
+    with MemoryStore(db) as s:
+        s.add_many([_item(i) for i in range(n)])
+        s.record_outcome(["L001", "L002"], True)
+        s.export(tmp_path / "x.json")
+        before = {m.id: m.to_dict() for m in s.items(status=None)}
+    rows = json.loads((tmp_path / "x.json").read_text())
+    for r in rows:
+        r["content"] = r["content"] + "\n3. Log the reading " + "y" * 400
+    (tmp_path / "x.json").write_text(json.dumps(rows))
+    wal = Path(str(db) + "-wal")
+    proc = _spawn(IMPORTER, db, tmp_path / "x.json")
+    out = _Lines(proc)
+    out.wait_until(lambda ls: "START" in ls)
+    base = wal.stat().st_size if wal.exists() else 0
+    deadline = time.time() + 120
+    while (wal.stat().st_size if wal.exists() else 0) < base + 2_000_000 and time.time() < deadline:
+        time.sleep(0.002)  # the update transaction has written megabytes but not committed
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    lines = out.finish()
+    assert len(lines) == 1, f"the import finished before the kill: {lines[-1:]}"
+    s = _open_cleanly(db)
+    after = {m.id: m.to_dict() for m in s.items(status=None)}
+    changed = [i for i in after if after[i]["content"] != before[i]["content"]]
+    assert changed == [] and after == before, f"{len(changed)} of {n} updated: a partial import survived"
+    assert s.get("L001").use_count == 1 and not s.events(kind="update")
+    s.close()
+
