@@ -552,6 +552,40 @@ def test_cli_edit_while_the_memory_is_in_use_keeps_both(tmp_path):
         assert [e["kind"] for e in s.events()][-1] == "edit" and s.check() == []
 
 
+MERGING_EDITOR = textwrap.dedent("""
+    import json, sys
+    import procmem.lifecycle
+    from procmem import MemoryStore
+    db, path = sys.argv[1], sys.argv[2]
+    with MemoryStore(db) as s:  # while the user is in the editor, someone merges B into A
+        s.merge(["A001", "B001"], by="someone else")
+    d = json.load(open(path))
+    d["content"] = "1. Drain queue pq1\\n2. Restart only the stuck worker"
+    json.dump(d, open(path, "w"))
+""")
+
+
+def test_cli_edit_refuses_when_a_merge_changed_the_memory_meanwhile(tmp_path):
+    "An edit whose memory was merged while the editor was open is refused; the merge is kept, nothing lost."
+    db = tmp_path / "m.db"
+    with MemoryStore(db) as s:
+        s.add_many([m for i in range(3) for m in _pair(i)])
+    script = tmp_path / "editor.py"
+    script.write_text(MERGING_EDITOR)
+    editor = tmp_path / "editor.sh"
+    editor.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{script}" "{db}" "$1"\n')
+    editor.chmod(0o755)
+    env = {**os.environ, "EDITOR": str(editor), "PYTHONWARNINGS": ""}
+    env.pop("VISUAL", None)
+    r = subprocess.run([sys.executable, "-m", "procmem.cli", "--store", str(db), "edit", "A001"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "Traceback" not in r.stderr and "changed" in r.stderr, (r.returncode, r.stderr)
+    with MemoryStore(db) as s:
+        a = s.get("A001")
+        assert "Alert the on-call owner" in a.content and "stuck worker" not in a.content
+        assert s.get("B001").status == "archived" and [e["kind"] for e in s.events()][-1] == "merge"
+
+
 # ------------------------------------------------------------------ crash safety
 
 MERGER = textwrap.dedent("""
