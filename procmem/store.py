@@ -908,7 +908,7 @@ def _row_for_write(self: MemoryStore, c, id: str) -> tuple[MemoryItem, int]:
         raise MemoryNotFoundError(f"no memory has id {id!r}; use add() for new memories")
     return self._load_strict(id, row[0]), row[1]
 
-# %% ../nbs/02_store.ipynb #e242adbe
+# %% ../nbs/02_store.ipynb #e11cc1b5
 @patch
 def _rewrite(
     self: MemoryStore,
@@ -932,6 +932,8 @@ def _rewrite(
         _UPDATE,
         (rev, new.fingerprint, new.source_type, new.domain, new.created_at, _dump(new), new.id),
     )
+    if new.status == "active" and new.domain != old.domain:  # moved: the new domain's cap applies
+        self._check_budget(c, {new.domain: 1})
     self._log(c, kind, list(ids or [new.id]), fields=_field_diff(old, new), **detail)
 
 
@@ -1076,22 +1078,28 @@ def _skip_access(self: MemoryStore, ids: list):
         )
     self.unrecorded_accesses += len(ids)
 
-# %% ../nbs/02_store.ipynb #bcf85716
+# %% ../nbs/02_store.ipynb #2630a90d
 @patch
 def record_outcome(self: MemoryStore, ids, success: bool, when: str | None = None):
     "Add 1 to `use_count` and to `success_count` or `failure_count` of each id, in one transaction."
     ids = list(dict.fromkeys(ids))
     if not ids:
         return
+    with self._write() as c:
+        self._bump_outcome(c, ids, success, when)
+
+
+@patch
+def _bump_outcome(self: MemoryStore, c, ids: list, success: bool, when: str | None):
+    "`record_outcome`'s counters and its `outcome` event, inside a write transaction."
     col = "success_count" if success else "failure_count"
     sql = (
         f"UPDATE memories SET data = {_BUMP.format('use_count')}, '$.{col}', "
         f"coalesce(json_extract(data, '$.{col}'), 0) + 1, '$.last_used_at', ?) "
         "WHERE id=? AND json_valid(data)"
     )
-    with self._write() as c:
-        c.executemany(sql, [(when or utc_now(), i) for i in ids])
-        self._log(c, "outcome", ids, success=bool(success))
+    c.executemany(sql, [(when or utc_now(), i) for i in ids])
+    self._log(c, "outcome", ids, success=bool(success))
 
 # %% ../nbs/02_store.ipynb #791cfa1e
 @patch
@@ -1107,11 +1115,15 @@ def events(self: MemoryStore, since: int = 0, kind: str | None = None) -> list[d
         for r in rows
     ]
 
-# %% ../nbs/02_store.ipynb #a1ff7fd6
+# %% ../nbs/02_store.ipynb #7576b43f
 @patch
-def log_events(self: MemoryStore, events) -> int:
-    """Append events given as dicts with `kind`, optional `ids` and any JSON-serialisable details;
-    returns how many."""
+def log_events(
+    self: MemoryStore,
+    events,  # dicts with `kind`, optional `ids` and any JSON-serialisable details
+    outcome=None,  # (ids, success): also `record_outcome(ids, success)`, in the same transaction
+) -> int:
+    """Append events (and record an outcome) in one transaction; returns how many events."""
+    ids, success = _outcome_arg(outcome)
     rows = []
     for i, e in enumerate(events):
         if not isinstance(e, dict) or not isinstance(e.get("kind"), str) or not e["kind"]:
@@ -1125,11 +1137,23 @@ def log_events(self: MemoryStore, events) -> int:
                 {k: v for k, v in e.items() if k not in ("kind", "ids")},
             )
         )
-    if rows:
+    if rows or ids:
         with self._write() as c:
-            for kind, ids, detail in rows:
-                self._log(c, kind, ids, **detail)
+            for kind, e_ids, detail in rows:
+                self._log(c, kind, e_ids, **detail)
+            if ids:
+                self._bump_outcome(c, ids, success, None)
     return len(rows)
+
+
+def _outcome_arg(outcome) -> tuple[list, bool]:
+    "(ids, success) from `log_events`' `outcome` (None: no ids); raises for anything else."
+    if outcome is None:
+        return [], False
+    ok = isinstance(outcome, (tuple, list)) and len(outcome) == 2 and isinstance(outcome[1], bool)
+    if not ok or isinstance(outcome[0], str):
+        raise TypeError(f"outcome must be (ids, success: bool) or None, got {outcome!r:.80}")
+    return list(dict.fromkeys(outcome[0])), outcome[1]
 
 # %% ../nbs/02_store.ipynb #dc48eab4
 @patch
@@ -1381,12 +1405,12 @@ def _edited(old: MemoryItem, it: MemoryItem) -> MemoryItem | None:
 
     return dataclasses.replace(old, **changes).add_lineage(dict(_version(old), why="import"))
 
-# %% ../nbs/02_store.ipynb #3200bd83
+# %% ../nbs/02_store.ipynb #586d0a30
 @patch
 def _import_updates(self: MemoryStore, c, items: list, by: str, path: Path) -> tuple:
     """Rewrite the stored memories `items` name (text only) inside a write transaction; returns
     (items to add, updated, unchanged)."""
-    rest, updated, same, moved = [], 0, 0, {}
+    rest, updated, same = [], 0, 0
     for i, it in enumerate(items):
         row = c.execute("SELECT data, rev FROM memories WHERE id=?", (it.id,)).fetchone()
         if row is None:
@@ -1397,11 +1421,8 @@ def _import_updates(self: MemoryStore, c, items: list, by: str, path: Path) -> t
         if new is None:
             same += 1
             continue
-        self._rewrite_imported(c, path, i, (old, row[1], new), by)
+        self._rewrite_imported(c, path, i, (old, row[1], new), by)  # a moved one: cap checked
         updated += 1
-        if new.status == "active" and new.domain != old.domain:
-            moved[new.domain] = moved.get(new.domain, 0) + 1
-    self._check_budget(c, moved)
     return rest, updated, same
 
 
