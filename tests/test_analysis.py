@@ -15,9 +15,9 @@ import fastcore.test as ft
 from matplotlib.figure import Figure
 import matplotlib.pyplot as plt
 
-from procmem.analysis import _USAGE_COLUMNS as USAGE_COLUMNS
+from procmem.analysis import _USAGE_COLUMNS as USAGE_COLUMNS, _UTILITY_BINS as UTILITY_BINS
 from procmem.analysis import (
-    EVENT_COLUMNS, ITEM_COLUMNS, REPORT_PLOTS, RUN_COLUMNS, UTILITY_BINS,
+    EVENT_COLUMNS, ITEM_COLUMNS, REPORT_PLOTS, RUN_COLUMNS,
     plot_ab, plot_growth, plot_retrieval_scores, plot_usage, plot_utility, runs_df, write_report,
 )
 from procmem.core import MemoryItem, STATUSES
