@@ -437,7 +437,6 @@ OTHER_WRITER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.xfail(strict=True, reason="store fixing: classify_file open()/close() drops the process locks")
 @pytest.mark.parametrize("readonly", [True, False])
 def test_a_second_handle_opened_and_closed_in_one_process_leaves_the_first_working(tmp_path, readonly):
     """A notebook keeps a store open, opens the same file again (`with MemoryStore(path) as s:`) and closes it;

@@ -695,7 +695,7 @@ def test_cli_import_update_on_edited_exports(store_copy, tmp_path):
     _never_active_with(store_copy, used[0]["id"], texts[0])
 
 
-@pytest.mark.xfail(strict=True, reason="store fixing: update()/modify() skip the per-domain cap")
+@pytest.mark.xfail(strict=True, reason="cli fixing: edit opens the store without --max-active-per-domain")
 def test_an_edit_cannot_move_a_memory_into_a_full_domain(store_copy, tmp_path):
     "The per-domain cap that refuses `add` and `restore` also refuses an edit (CLI or update()) moving a memory in."
     with MemoryStore(store_copy, readonly=True) as s:
