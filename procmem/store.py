@@ -1115,15 +1115,15 @@ def events(self: MemoryStore, since: int = 0, kind: str | None = None) -> list[d
         for r in rows
     ]
 
-# %% ../nbs/02_store.ipynb #7576b43f
+# %% ../nbs/02_store.ipynb #8408575f
 @patch
 def log_events(
     self: MemoryStore,
     events,  # dicts with `kind`, optional `ids` and any JSON-serialisable details
-    outcome=None,  # (ids, success): also `record_outcome(ids, success)`, in the same transaction
+    outcome=None,  # (ids, success[, when]): also `record_outcome(...)`, in the same transaction
 ) -> int:
     """Append events (and record an outcome) in one transaction; returns how many events."""
-    ids, success = _outcome_arg(outcome)
+    ids, success, when = _outcome_arg(outcome)
     rows = []
     for i, e in enumerate(events):
         if not isinstance(e, dict) or not isinstance(e.get("kind"), str) or not e["kind"]:
@@ -1142,18 +1142,23 @@ def log_events(
             for kind, e_ids, detail in rows:
                 self._log(c, kind, e_ids, **detail)
             if ids:
-                self._bump_outcome(c, ids, success, None)
+                self._bump_outcome(c, ids, success, when)
     return len(rows)
 
 
-def _outcome_arg(outcome) -> tuple[list, bool]:
-    "(ids, success) from `log_events`' `outcome` (None: no ids); raises for anything else."
+def _outcome_arg(outcome) -> tuple[list, bool, str | None]:
+    "(ids, success, when) from `log_events`' `outcome` (None: no ids); raises for anything else."
     if outcome is None:
-        return [], False
-    ok = isinstance(outcome, (tuple, list)) and len(outcome) == 2 and isinstance(outcome[1], bool)
-    if not ok or isinstance(outcome[0], str):
-        raise TypeError(f"outcome must be (ids, success: bool) or None, got {outcome!r:.80}")
-    return list(dict.fromkeys(outcome[0])), outcome[1]
+        return [], False, None
+    msg = f"outcome must be (ids, success: bool[, when]) or None, got {outcome!r:.80}"
+    if not isinstance(outcome, (tuple, list)) or len(outcome) not in (2, 3):
+        raise TypeError(msg)
+    ids, success, when = (*outcome, None)[:3]
+    if isinstance(ids, str) or not isinstance(success, bool):
+        raise TypeError(msg)
+    if when is not None and not isinstance(when, str):
+        raise TypeError(f"outcome's when must be an ISO-8601 text or None, got {when!r:.40}")
+    return list(dict.fromkeys(ids)), success, when
 
 # %% ../nbs/02_store.ipynb #dc48eab4
 @patch
