@@ -437,24 +437,47 @@ OTHER_WRITER = textwrap.dedent("""
 """)
 
 
+def _second_access(db, how: str, readonly: bool, tmp_path):
+    "Touch the store file a second time from this process, the ways a notebook does."
+    if how == "store":
+        with MemoryStore(db, readonly=readonly) as second:
+            second.get("L002")
+    elif how == "validate":
+        assert validate_store(db)["ok"]
+    elif how == "to_df":
+        import procmem.analysis  # noqa: F401
+        with MemoryStore(db, readonly=True) as second:
+            assert len(second.to_df()) == 300
+    elif how == "store_copies":
+        from procmem.eval import store_copies
+        copy = store_copies(db, workdir=tmp_path / "copies")()
+        copy.close()
+    else:  # the CLI's main() called in-process (a notebook cell)
+        import contextlib, io
+        from procmem.cli import main
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert main(["--store", str(db), "list", "--sort", "utility"]) == 0
+
+
+@pytest.mark.parametrize("how", ["store", "validate", "to_df", "store_copies", "cli_main"])
 @pytest.mark.parametrize("readonly", [True, False])
-def test_a_second_handle_opened_and_closed_in_one_process_leaves_the_first_working(tmp_path, readonly):
-    """A notebook keeps a store open, opens the same file again (`with MemoryStore(path) as s:`) and closes it;
-    another process (the CLI, an agent) then writes twice: both handles must go on reading the store. (Closing
-    any file descriptor of the database drops every POSIX lock this process holds on it: a plain open()/close()
-    of the file while a connection is live lets the other process delete the WAL under that connection.)"""
+def test_a_second_handle_opened_and_closed_in_one_process_leaves_the_first_working(tmp_path, readonly, how):
+    """A notebook keeps a store open, touches the same file again (another MemoryStore, validate_store, to_df,
+    eval's store_copies, the CLI's main) and lets go; another process (the CLI, an agent) then writes twice:
+    the first handle must go on reading the store. (Closing any file descriptor of the database drops every
+    POSIX lock this process holds on it: a plain open()/close() of the file while a connection is live lets
+    the other process delete the WAL under that connection -> 'database disk image is malformed'.)"""
     db = tmp_path / "m.db"
     with MemoryStore(db) as s:
         s.add_many([_item(i) for i in range(300)])
     first = MemoryStore(db, readonly=readonly)
     assert len(list(first)) == 300 and first.get("L001").use_count == 0
-    with MemoryStore(db, readonly=readonly) as second:
-        second.get("L002")
+    _second_access(db, how, readonly, tmp_path)
     for k in range(2):
         r = subprocess.run([sys.executable, "-c", OTHER_WRITER, str(db), str(k)], capture_output=True, text=True,
                            timeout=120)
         assert r.returncode == 0, r.stderr[-2000:]
-    m = first.get("L001")  # raised sqlite3.DatabaseError: database disk image is malformed
+    m = first.get("L001")  # raised sqlite3.DatabaseError: database disk image is malformed (store fixed)
     assert m.use_count == 2 and "Edited by process 1" in m.content and len(list(first)) == 300
     with MemoryStore(db, readonly=True) as again:
         assert again.get("L001").use_count == 2 and again.check() == []
