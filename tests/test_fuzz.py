@@ -1086,7 +1086,7 @@ def test_merge_of_random_items_is_valid_and_scanner_clean_or_refused(specs, same
 
 # ------------------------------------------------------------------------------------ issue 9: CLI commands
 
-NEW_COMMANDS = ["rm", "edit", "prune", "restore", "merge", "events", "list", "report", "import"]
+NEW_COMMANDS = ["rm", "edit", "prune", "restore", "merge", "history", "events", "list", "report", "import"]
 NEW_OPTIONS = {
     "--max-items": st.integers(-2, 10**20).map(str) | nasty_text, "--min-utility": st.floats().map(str) | nasty_text,
     "--older-than": st.integers(-5, 10**12).map(str) | st.floats().map(str) | nasty_text,
@@ -1100,8 +1100,10 @@ NEW_OPTIONS = {
     "--title": nasty_text, "--description": nasty_text, "--content": nasty_text, "--tags": nasty_text,
     "--reason": nasty_text, "--by": nasty_text, "--limit": st.integers(-2, 10**20).map(str) | nasty_text,
     "--out": st.sampled_from(["report-out", "nested/report", "m.db", "memories.db"]),
+    "--threshold": st.floats().map(str) | nasty_text,
 }
-NEW_FLAGS = ["--purge", "--yes", "-y", "--dry-run", "--all", "--update", "--archived", "--json", "--help", "--"]
+NEW_FLAGS = ["--purge", "--yes", "-y", "--dry-run", "--all", "--update", "--archived", "--json", "--help", "--",
+             "--suggest", "--include-merged"]  # (report --demo: slow, covered by tests/test_cli_manage.py)
 
 
 @st.composite

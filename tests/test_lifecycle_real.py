@@ -350,7 +350,8 @@ READ_ONLY = [
     ["list", "--sort", "utility"], ["list", "--sort", "uses"], ["list", "--archived"],
     ["list", "--source-type", "success", "--json"], ["events"], ["events", "--kind", "loop.outcome", "--json"],
     ["events", "--since", "2000-01-01T00:00:00+00:00"], ["prune", "--dry-run", "--max-items", "5"],
-    ["stats"], ["show", "PLACEHOLDER"],
+    ["stats"], ["show", "PLACEHOLDER"], ["history", "PLACEHOLDER"], ["history", "--json", "PLACEHOLDER"],
+    ["merge", "--suggest"], ["merge", "--suggest", "--threshold", "0.5", "--json"],
 ]
 
 
