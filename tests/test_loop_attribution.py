@@ -358,3 +358,18 @@ def test_a_read_only_store_is_judged_but_never_written(tmp_path):
     again = MemoryStore(path)
     assert [(m.access_count, m.injected_count, m.failure_count, m.status) for m in again] == [(0, 0, 3, "active")]
     assert (path.stat().st_mtime_ns, len(again.events())) == before
+
+
+def test_a_fixed_now_stamps_the_counters_and_a_success_is_recorded_with_the_events(store):
+    "run_with_memory(now=...) on a simulated clock: last_used_at is that time; a success counts once, logged with the events."
+    at = "2026-03-01T12:00:00+00:00"
+    r = run_with_memory(TASK, good_agent, store, judge=ok_judge, extractor=no_lessons, k=2, now=at)
+    assert r.injected and r.success is True
+    assert [(m.use_count, m.success_count, m.last_used_at) for m in store] == [(1, 1, at)] * 2
+    outcome_events = store.events(kind="outcome")
+    assert len(outcome_events) == 1 and outcome_events[0]["detail"]["success"] is True
+    assert sorted(outcome_events[0]["ids"]) == sorted(m.id for m in r.injected)
+    # a failure is recorded before demotion reads it, also stamped with the run's time
+    later = "2026-03-02T12:00:00+00:00"
+    r = run_with_memory(TASK, good_agent, store, judge=failed_judge, extractor=no_lessons, k=2, now=later)
+    assert [(m.use_count, m.failure_count, m.last_used_at) for m in store] == [(2, 1, later)] * 2
