@@ -267,6 +267,7 @@ ERRORS = [
     (["edit", SUB], {"EDITOR": "sh -c 'echo {\\\"tags\\\": 7} > \"$0\"'"}, "the edited memory: MemoryItem.tags"),
     (["edit", SUB, "--title", "Retry a timed-out page load", "--content", GOOD["content"], "--domain", "web"], {},
      "already has this title and content"),
+    (["--max-active-per-domain", "3", "edit", "retry-page", "--domain", "alfworld"], {}, "the cap is 3"),
     (["restore"], {}, "restore needs the ids of archived memories, or --all"),
     (["restore", SUB, "--all"], {}, "restore needs the ids of archived memories, or --all (not both)"),
     (["restore", SUB, "--domain", "web"], {}, "--domain and --include-merged apply to restore --all only"),
