@@ -120,17 +120,26 @@ def confirmations(item: MemoryItem) -> int:
     n = n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
     return n + item.success_count
 
-# %% ../nbs/04a_trust.ipynb #b7749dc6
+# %% ../nbs/04a_trust.ipynb #526ac513
+def _run_id(v) -> str | None:
+    """A trajectory id as compared and stored (text, at most 64 characters); None for anything else
+    (a hand-edited file may hold a list or a dict there)."""
+    if isinstance(v, bool) or not isinstance(v, (str, int)):
+        return None
+    return str(v)[:64]
+
+
 def _known(target: MemoryItem) -> tuple[set, set]:
     "(task keys, trajectory ids) that already produced or confirmed `target`."
     p = target.provenance
-    tasks = {_task_key(q) for q in [target.task_query, *target.example_queries] if q}
-    trajs = {p.get("trajectory_id"), *(p.get("trajectory_ids") or [])}
-    for c in p.get("confirmed_by") or []:
+    tasks = [_task_key(q) for q in [target.task_query, *target.example_queries] if q]
+    more, seen = p.get("trajectory_ids"), p.get("confirmed_by")
+    trajs = [p.get("trajectory_id"), *(more if isinstance(more, list) else [])]
+    for c in seen if isinstance(seen, list) else []:
         if isinstance(c, dict):
-            tasks.add(c.get("task"))
-            trajs.add(c.get("trajectory_id"))
-    return tasks, trajs - {None}
+            tasks.append(c.get("task"))
+            trajs.append(c.get("trajectory_id"))
+    return {t for t in tasks if isinstance(t, str)}, {_run_id(t) for t in trajs} - {None}
 
 
 def confirmation_by(target: MemoryItem, new: MemoryItem) -> dict | None:
@@ -139,10 +148,9 @@ def confirmation_by(target: MemoryItem, new: MemoryItem) -> dict | None:
     if not (isinstance(new.task_query, str) and new.task_query.strip()):
         return None
     tasks, trajs = _known(target)
-    key, tid = _task_key(new.task_query), new.provenance.get("trajectory_id")
+    key, tid = _task_key(new.task_query), _run_id(new.provenance.get("trajectory_id"))
     if key in tasks or (tid is not None and tid in trajs):
         return None
-    tid = None if tid is None else str(tid)[:64]
     return {"task": key, "trajectory_id": tid, "source": item_source(new), "trust": item_trust(new)}
 
 # %% ../nbs/04a_trust.ipynb #dd0f8c7a
