@@ -91,5 +91,6 @@ __all__ = [
     "ScriptedAgent", "usefulness_simulation", "truth_judge",
     # research views (store.to_df / events_df are methods) and the evaluation harness
     "runs_df", "plot_growth", "plot_utility", "plot_usage", "plot_retrieval_scores", "plot_ab",
-    "write_report", "demo_bank", "ab_test", "summarize_ab", "FrozenStoreError",
+    "write_report", "demo_bank", "ab_test", "summarize_ab", "store_copies", "FrozenStoreError",
+    "agreement_metrics",
 ]
