@@ -342,7 +342,7 @@ def _groups(pairs: dict) -> list[set]:
         comps.setdefault(root(x), set()).add(x)
     return list(comps.values())
 
-# %% ../nbs/16b_editing.ipynb #d7db9ce4
+# %% ../nbs/16b_editing.ipynb #ebf2bdde
 def merge_candidates(
     store: MemoryStore,  # the bank
     threshold: float = 0.8,  # title or content cosine at which two memories count as duplicates
@@ -359,13 +359,18 @@ def merge_candidates(
     for m in items.values():
         for o, sim in _pairs_of(store, m, threshold):
             pairs[tuple(sorted((m.id, o)))] = sim
+    late = sorted({i for p in pairs for i in p} - set(items))  # added while the scan ran
+    items.update((m.id, m) for m in store.get_many(late) if m.status == "active")
     out = [_group_row(g, items, pairs, _as_now(now)) for g in _groups(pairs)]
-    return sorted(out, key=lambda g: (-g["similarity"], g["ids"]))
+    return sorted((g for g in out if g), key=lambda g: (-g["similarity"], g["ids"]))
 
 
-def _group_row(g: set, items: dict, pairs: dict, when) -> dict:
-    "One group of duplicates: ids and titles (most useful first), the highest pair similarity."
+def _group_row(g: set, items: dict, pairs: dict, when) -> dict | None:
+    """One group of duplicates: ids and titles (most useful first), the highest pair similarity;
+    None when fewer than 2 of its memories are still active."""
     ms = sorted((items[i] for i in g if i in items), key=lambda m: (-utility(m, when), m.id))
+    if len(ms) < 2:
+        return None
     sim = max(v for (a, _), v in pairs.items() if a in g)
     ids, titles = [m.id for m in ms], [m.title for m in ms]
     return dict(ids=ids, titles=titles, similarity=round(sim, 3), domain=ms[0].domain)

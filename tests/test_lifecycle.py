@@ -654,3 +654,22 @@ def test_merge_candidates_pairs_a_rewritten_reflexion_lesson_and_not_other_tasks
     ft.test_eq(m.content, first.content)  # the rewrite's paragraph is near-identical (Jaccard >= 0.8)
     ft.test_eq(s.get(second.id).status, "archived")
     assert second.task_query in m.example_queries or second.task_query == first.task_query
+
+
+def test_merge_candidates_groups_always_hold_two_active_ids(bank, monkeypatch):
+    "A duplicate added during the scan is fetched; a group left with one active memory is dropped."
+    keep, other = _pair(bank)
+    bank.add(MemoryItem("Describe Entity by Label", domain="ontology", id="dup",
+                        content=bank.get(ids_of(bank)["Describe Entity by Label"]).content + "\n6. Cite the URI."))
+    real_items = MemoryStore.items
+    monkeypatch.setattr(MemoryStore, "items", lambda self, status="active": (
+        m for m in real_items(self, status) if m.id not in (other, "dup")))  # read before they arrived
+    groups = merge_candidates(bank)
+    assert any({keep, other} <= set(g["ids"]) for g in groups), groups
+    assert all(len(g["ids"]) >= 2 for g in groups)
+    bank.quarantine([other], "review")
+    assert not any(keep in g["ids"] for g in merge_candidates(bank)), "its only twin is no longer active"
+
+
+def ids_of(store):
+    return {m.title: m.id for m in store}
