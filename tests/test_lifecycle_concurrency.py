@@ -534,6 +534,135 @@ def test_loop_in_four_processes_demotes_a_failing_memory_once_and_counts_every_u
         assert s.check() == []
 
 
+# ------------------------------------------------------------------ a soak: agents learning while the bank is tended
+
+def _real_runs(w: int, n_w: int) -> list:
+    "Every n_w-th real fixture run, from the w-th: each agent process gets its own share."
+    from procmem.ingest import read_trajectories
+    from procmem.trajectory import Trajectory
+    root = Path(__file__).resolve().parent / "fixtures" / "trajectories"
+    runs = []
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and p.suffix != ".md":
+            runs += [t for t in read_trajectories(p) if isinstance(t, Trajectory)]
+    return runs[w::n_w]
+
+
+def _agent_proc(path, w, n_w, barrier, out):
+    """Replay real runs through the loop (retrieve, inject, judge, attribute, demote), twice; nothing new is
+    learned (the gates' replace restarts a memory's record by design, which would hide a lost increment)."""
+    from procmem.loop import run_with_memory
+    from procmem.simulation import null_extractor
+    s = _store(path)
+    barrier.wait(timeout=600)
+    n = 0
+    for _ in range(2):
+        for t in _real_runs(w, n_w):
+            run_with_memory(t.task, lambda task, block, t=t: t, s, extractor=null_extractor)
+            n += 1
+    s.close()
+    Path(out).write_text(json.dumps({"runs": n}))
+
+
+def _tender(path, barrier, stop_file, out):
+    "Prune, undo the prune, merge suggested near-duplicates: over and over while the agents run."
+    from procmem.editing import MergeRefusedError, merge_candidates
+    s = _store(path)
+    barrier.wait(timeout=600)
+    done = Counter()
+    while not os.path.exists(stop_file):
+        done["pruned"] += len(s.prune(dry_run=False, min_utility=0.45, by="tender").archived)
+        done["restored"] += len(s.restore_all(by="tender"))
+        for g in merge_candidates(s, threshold=0.6)[:2]:
+            try:
+                s.merge(g["ids"], by="tender")
+                done["merged"] += 1
+            except (MergeRefusedError, StoreError):  # changed meanwhile by an agent: a clean refusal
+                done["refused"] += 1
+        time.sleep(0.05)
+    s.close()
+    Path(out).write_text(json.dumps(done))
+
+
+@pytest.mark.slow
+def test_agents_learning_while_the_bank_is_pruned_restored_and_merged(tmp_path):
+    """Three agent processes run the loop on the real fixture runs (over a bank learned from them) while a
+    fourth prunes, restores and merges: nothing lost (every counter, summed over the bank, grows by exactly
+    what the loop's events record: merges move counters, prunes do not touch them), every archive has its
+    event, the store validates."""
+    from procmem.bootstrap import bootstrap_general_strategies
+    from procmem.loop import run_with_memory
+    db, n_w = tmp_path / "m.db", 3
+    with MemoryStore(db) as s:  # a bank learned from the same real runs, by one process, first
+        s.add_many(bootstrap_general_strategies())
+        for t in _real_runs(0, 1):
+            run_with_memory(t.task, lambda task, block, t=t: t, s)
+        learned = len(s.events())
+    barrier, stop = CTX.Barrier(n_w + 1), tmp_path / "stop"
+    agents = [CTX.Process(target=_agent_proc, args=(str(db), w, n_w, barrier, str(tmp_path / f"a{w}.json")))
+              for w in range(n_w)]
+    tender = CTX.Process(target=_tender, args=(str(db), barrier, str(stop), str(tmp_path / "t.json")))
+    for p in agents + [tender]:
+        p.start()
+    for p in agents:
+        p.join(900)
+    stop.write_text("")
+    tender.join(300)
+    assert [p.exitcode for p in agents + [tender]] == [0] * (n_w + 1)
+    runs = sum(json.loads((tmp_path / f"a{w}.json").read_text())["runs"] for w in range(n_w))
+    done = json.loads((tmp_path / "t.json").read_text())
+    assert done.get("pruned", 0) > 0 and done.get("restored", 0) > 0 and done.get("merged", 0) > 0, done
+    with MemoryStore(db) as s:
+        assert s.check() == [] and validate_store(db)["ok"] and not s.events(kind="delete")
+        ev = s.events(since=s.events()[learned - 1]["seq"])  # the soak's own events
+        assert sum(1 for e in ev if e["kind"] == "loop.done") == runs
+        before = Counter()  # what the learning pass left in the bank
+        for e in s.events()[:learned]:
+            d = e["detail"]
+            if e["kind"] in ("retrieve", "inject"):
+                before["access_count" if e["kind"] == "retrieve" else "injected_count"] += len(e["ids"])
+            elif e["kind"] == "outcome":
+                before["use_count"] += len(e["ids"])
+                before["success_count" if d["success"] else "failure_count"] += len(e["ids"])
+        loop = Counter()
+        for e in ev:
+            d = e["detail"]
+            if e["kind"] == "loop.retrieve" and d.get("memory"):
+                loop["access_count"] += len(d["retrieved"])
+                loop["injected_count"] += len(e["ids"])
+            elif e["kind"] == "loop.outcome" and d.get("attributed"):
+                loop["use_count"] += len(e["ids"])
+                loop["success_count" if d["success"] else "failure_count"] += len(e["ids"])
+        bank = Counter({k: sum(getattr(m, k) for m in s.items(status=None)) for k in COUNTERS})
+        assert loop["injected_count"] > 0 and loop["use_count"] > 0
+        assert {k: bank[k] - before[k] for k in COUNTERS} == {k: loop[k] for k in COUNTERS}, (bank, before, loop)
+        archived = {m.id for m in s.items(status="archived")}
+        logged = set().union(*[set(e["ids"]) for e in ev if e["kind"] in ("archive", "merge")] or [set()])
+        assert archived <= logged
+
+
+def test_merge_candidates_groups_hold_two_ids_when_a_duplicate_arrives_during_the_scan(tmp_path):
+    """merge_candidates reads the active memories, then searches for each one's duplicates; a duplicate another
+    process adds in between is found by the search but is not in the first read: the group must still be
+    mergeable (>= 2 ids, all present), never a one-id group that makes `store.merge(g["ids"])` raise ValueError."""
+    from procmem.editing import merge_candidates
+    db = tmp_path / "m.db"
+    a, b = _pair(1)
+    with MemoryStore(db) as s:
+        s.add(a)
+    s = _store(db)
+    scanned = list(s.items())  # what merge_candidates' first read sees ...
+    with MemoryStore(db) as other:  # ... before another process adds the near-duplicate
+        other.add(b)
+    s.items = lambda status="active": iter(scanned)  # the scan's snapshot, as in a real race
+    groups = merge_candidates(s, threshold=0.6)
+    del s.items
+    for g in groups:
+        assert len(set(g["ids"])) >= 2, g
+        s.merge(g["ids"], by="reliability")
+    s.close()
+
+
 # ------------------------------------------------------------------ an edit while the agent keeps running
 
 BUSY_EDITOR = textwrap.dedent("""
