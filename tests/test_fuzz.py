@@ -1197,7 +1197,7 @@ def test_cli_manage_commands_with_any_arguments_exit_cleanly(manage_env, data):
     with MemoryStore(db, readonly=True) as s:
         assert s.check() == []
         if not (argv[0] == "rm" and "--purge" in argv):
-            assert s.count(status=None) == n_all, argv  # only a purge deletes
+            assert s.count(status=None) >= n_all, argv  # only a purge deletes (import may add)
 
 
 # ------------------------------------------------------------------------------------ issue 9: research views
