@@ -1,17 +1,21 @@
 """Lifecycle under concurrency and crashes (issue 9, reliability): several processes on one store file
 while others archive, prune, merge and restore.
 
-- counters: record_outcome / record_injection / record_access from N processes while another process
-  archives, prunes and restores -> every acknowledged call is in the counters and in the event log;
-- merge racing counters: the kept item's counters are its own increments plus every increment the
-  other item had when the merge committed (read off the event log's order), none lost;
+- counters: record_outcome / record_injection / record_access / record_retrieval from N processes while
+  another archives, prunes and restores -> every acknowledged call is in the counters and the event log;
+- merge racing counters: the kept item holds its own increments plus the other's up to the merge (read off
+  the event log's order), the merged-away item exactly those after it: none lost, none counted twice;
 - search catch-up: an item archived by one process is never in another long-lived process's search,
   retrieval or memory block afterwards; restored items come back;
-- restore_all racing archive: every item ends in the status its last archive/restore event says,
-  the index agrees, nothing is deleted;
-- crash safety: SIGKILL in the middle of a merge loop or a prune loop -> the store opens, validate_store
-  is clean, each merge is all-or-nothing (both items as before, or merged + the other archived),
-  every acknowledged merge/prune is there, every archived item has its archive event.
+- restore_all racing archive: every item ends in the status its last archive/restore event says;
+- prune racing a purge; merge_candidates when a duplicate arrives during its scan; an edit while the agent
+  uses the memory (both land) and while someone merges it (refused);
+- the loop in 4 processes demotes a failing memory exactly once; a soak (3 agent processes + one pruning,
+  restoring and merging) keeps every counter total equal to what the loop's events record;
+- one process, two handles: a second touch of the file (MemoryStore, validate_store, to_df, store_copies, the
+  CLI's main) must not drop the first handle's POSIX locks (another process then deletes its WAL);
+- crash safety: SIGKILL in a merge loop, a prune loop, or inside import_file(update=True) -> the store opens,
+  validate_store is clean, each operation all-or-nothing, every acknowledged one there.
 Patterns from tests/test_concurrency.py and tests/test_crash.py (spawned processes, barriers, SIGKILL)."""
 import json, multiprocessing as mp, os, random, signal, subprocess, sys, textwrap, threading, time, warnings
 from collections import Counter

@@ -2,18 +2,21 @@
 (and, when present, the Reflexion HotpotQA runs of ../shared/data) replayed through `run_with_memory` with
 the bootstrap pack and the offline judge, twice, on a store file. Then, on that real store:
 - the counters (retrieved = access_count, injected = injected_count, uses / successes / failures) add up
-  with the loop's own events, run by run;
-- utility() is in [0, 1] and ranks an item that did at least as well (more successes, fewer failures)
-  at least as high;
-- prune(dry_run=True) changes nothing (file hashes and directory listing); prune archives what it
-  reports and restore_all brings back exactly those, unchanged; search answers as before;
-- merge + history; export -> edit -> import --update (counters kept, re-import unchanged);
-- the CLI commands (rm / rm --purge / edit with --content and with EDITOR=a script / prune / restore /
-  merge / events / list --sort / report) run as real processes; read-only ones leave the store file and
-  its directory byte-identical (including -wal / -shm);
-- safety: an injection from ../shared/data/injection/benchmark_dev.jsonl put in through `edit` or a merge
-  is refused or quarantined, never active; a demoted (harmful) memory is never injected afterwards;
-  archived memories never appear in a memory block."""
+  with the loop's own events, run by run; undecided/extrinsic runs move no use counter;
+- utility() is in [0, 1], ranks an item that did at least as well at least as high, and drifts to the
+  prior with idle time;
+- prune(dry_run=True) changes nothing (file hashes and directory listing); prune archives what it reports,
+  harmful first; restore_all brings back exactly those, unchanged, and does not undo merges;
+- merge + history (every editor named); export -> edit -> import --update (counters kept, a bad row refuses
+  the file, re-import unchanged); a gate replace keeps the old record in lineage;
+- the CLI commands (rm / rm --purge / edit with options and with EDITOR=a script / prune / restore / merge /
+  history / events / list --sort / report) as real processes; read-only ones leave the store's directory
+  byte-identical (including -wal / -shm); an edit cannot move a memory past a domain's cap;
+- safety: an injection from ../shared/data/injection/benchmark_dev.jsonl put in through `edit` (options or
+  $EDITOR), `import --update` or a merge is refused or quarantined, never active; a demoted (harmful) memory
+  is never injected afterwards; archived memories never appear in a memory block;
+- the A/B harness never shows a task a memory that task taught (eval's exclude_self), on the real runs and
+  on one procedure taught by 8 (and 20) tasks."""
 import dataclasses, hashlib, json, os, shutil, subprocess, sys
 from collections import Counter
 from datetime import datetime, timedelta, timezone
