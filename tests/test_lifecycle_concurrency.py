@@ -910,3 +910,67 @@ def test_sigkill_inside_import_update_is_all_or_nothing(tmp_path):
     assert s.get("L001").use_count == 1 and not s.events(kind="update")
     s.close()
 
+
+LOOPER = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[2])
+    import procmem.store_status, procmem.lifecycle
+    from procmem import MemoryStore
+    from procmem.loop import run_with_memory
+    from procmem.simulation import null_extractor
+    from test_lifecycle_concurrency import _real_runs
+    s = MemoryStore(sys.argv[1])
+    runs = _real_runs(0, 1)
+    k = 0
+    while True:
+        t = runs[k % len(runs)]
+        run_with_memory(t.task, lambda task, block, t=t: t, s, extractor=null_extractor)
+        k += 1
+        print(f"run {k}", flush=True)
+""")
+
+
+def _counts_from_store_events(s: MemoryStore) -> dict:
+    "id -> counters as the store's own events (written in the same transaction as the counters) tell them."
+    want = {}
+    for e in s.events():
+        kind, d = e["kind"], e["detail"]
+        for i in e["ids"] if kind in ("retrieve", "inject", "outcome") else ():
+            c = want.setdefault(i, Counter())
+            if kind == "retrieve":
+                c["access_count"] += 1
+            elif kind == "inject":
+                c["injected_count"] += 1
+            else:
+                c["use_count"] += 1
+                c["success_count" if d["success"] else "failure_count"] += 1
+    return want
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sigkill_in_the_loop_keeps_every_counter_with_its_event(tmp_path, seed):
+    """An agent process running the loop on the real runs, killed at a random moment: the store opens and
+    validates, and every memory's counters equal its store events exactly (counter and event commit together)."""
+    from procmem.bootstrap import bootstrap_general_strategies
+    from procmem.loop import run_with_memory
+    db = tmp_path / "m.db"
+    with MemoryStore(db) as s:
+        s.add_many(bootstrap_general_strategies())
+        for t in _real_runs(0, 1):
+            run_with_memory(t.task, lambda task, block, t=t: t, s)
+        learned = len(s.events(kind="loop.done"))
+    proc = _spawn(LOOPER, db, Path(__file__).resolve().parent)
+    rng = random.Random(seed)
+    lines = _kill_after(proc, _Lines(proc), rng.randint(5, 60), rng.uniform(0, 0.02))
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read()[-2000:]
+    done = sum(1 for l in lines if l.startswith("run "))
+    s = _open_cleanly(db)
+    want = _counts_from_store_events(s)
+    for m in s.items(status=None):
+        got = Counter({k: getattr(m, k) for k in COUNTERS})
+        assert +got == +want.get(m.id, Counter()), (m.id, dict(got), dict(want.get(m.id, {})))
+    logged = len(s.events(kind="loop.done")) - learned
+    assert done <= logged <= done + 1, (done, logged)  # every acknowledged run logged, at most one more
+    s.close()
+
