@@ -1240,3 +1240,34 @@ def test_to_df_and_events_df_take_any_argument_cleanly(views_store, status, kind
             assert any(w in str(e) for w in name.split("/")), (name, e)
             continue
         assert len(df) <= max(views_store.count(status=None), len(views_store.events()))
+
+
+# ------------------------------------------------------------------------------------ issue 9: counter calls
+
+whens = (st.none() | nasty_text | st.integers() | st.floats() | st.datetimes().map(lambda d: d.isoformat())
+         | st.sampled_from(["yesterday", "2026-13-45", "2026-01-01T00:00:00+99:00", "2026-11-24T03:00:00Z",
+                            "2026-11-24", "9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00+14:00"]))
+
+
+@pytest.mark.xfail(strict=True, reason="store fixing: record_* write an unchecked `when` into the row")
+@fuzz(150)
+@given(when=whens, call=st.sampled_from(["record_access", "record_injection", "record_outcome", "record_retrieval"]))
+def test_record_calls_with_any_when_keep_the_memory_readable(when, call):
+    """record_access / record_injection / record_outcome / record_retrieval with any `when`: a ValueError or
+    TypeError that changes nothing, or counters bumped with a readable timestamp: never a memory that can no
+    longer be read (the value lands in the stored JSON)."""
+    import procmem.store_status  # noqa: F401
+    with MemoryStore() as s:
+        s.add(MemoryItem("Calibrate the lever gauge", "When the gauge drifts.", "1. Zero it\n2. Record it", id="a"))
+        args = {"record_outcome": (["a"], True), "record_retrieval": (["a"], ["a"])}.get(call, (["a"],))
+        try:
+            getattr(s, call)(*args, when=when)
+        except (ValueError, TypeError) as e:
+            event("refused")
+            assert "when" in str(e), e
+            assert s.get("a").last_used_at is None and s.check() == []
+            return
+        event("accepted")
+        assert s.check() == [], s.check()
+        m = s.get("a")
+        assert m.last_used_at is not None and MemoryItem.from_dict(m.to_dict()).last_used_at == m.last_used_at
