@@ -1271,3 +1271,17 @@ def test_record_calls_with_any_when_keep_the_memory_readable(when, call):
         assert s.check() == [], s.check()
         m = s.get("a")
         assert m.last_used_at is not None and MemoryItem.from_dict(m.to_dict()).last_used_at == m.last_used_at
+
+
+@pytest.mark.xfail(strict=True, reason="store fixing: record_outcome takes any truthy value as a success")
+@pytest.mark.parametrize("success", ["no", "False", None, 2, 0.0, [], "yes"])
+def test_record_outcome_takes_only_a_verdict(success):
+    """record_outcome(ids, success): a bool (or numpy bool) only. 'no' / 'False' counted as a SUCCESS, or None
+    (an abstention) counted as a failure, would corrupt utility and the harmful-memory demotion: TypeError,
+    nothing changed."""
+    with MemoryStore() as s:
+        s.add(MemoryItem("Calibrate the lever gauge", "When the gauge drifts.", "1. Zero it\n2. Record it", id="a"))
+        with pytest.raises(TypeError, match="success"):
+            s.record_outcome(["a"], success)
+        m = s.get("a")
+        assert (m.use_count, m.success_count, m.failure_count) == (0, 0, 0)
