@@ -230,10 +230,11 @@ def check_memory_deduplication(
         )
     return _closest(decisions)
 
-# %% ../nbs/11_gates.ipynb #3f6dbd14
+# %% ../nbs/11_gates.ipynb #c4772b49
 _KEPT = ("id", "created_at", "source_type", "domain", "session_id")  # a replace keeps the identity
 _FRESH = dict(
     access_count=0,
+    injected_count=0,
     use_count=0,
     success_count=0,
     failure_count=0,
@@ -250,6 +251,7 @@ _VERSION = (
     "success_count",
     "failure_count",
     "access_count",
+    "injected_count",
     "confidence",
     "created_at",
     "last_used_at",
