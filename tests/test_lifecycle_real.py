@@ -716,7 +716,6 @@ def test_an_edit_cannot_move_a_memory_into_a_full_domain(store_copy, tmp_path):
         assert s.count(domain=full) == cap
 
 
-@pytest.mark.xfail(strict=True, reason="lead fixing (gates): _VERSION lacks injected_count")
 def test_a_replaced_memory_keeps_its_whole_record_in_lineage(store_copy):
     """When the gates replace a used memory's text (a fresh record starts), the old record goes into lineage:
     every counter, injected_count (issue 9) included, so the injections of the old text are not lost."""
