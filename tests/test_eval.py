@@ -141,7 +141,6 @@ def _sales(task, block):
         dict(action="sum_column('sales')", observation="total: 1200")])
 
 
-@pytest.mark.xfail(strict=True, reason="needs the task hash in loop.gate events (asked of ranking in REQUESTS9)")
 def test_a_memory_taught_by_twenty_tasks_is_hidden_from_all_of_them(tmp_path):
     "One memory, merged from 20 tasks before the test: more than example_queries (5) and confirmed_by (8) keep."
     tasks = [f"Sum the monthly sales rows of the region number {i} sales table and report the total" for i in range(20)]
