@@ -850,7 +850,7 @@ def _demo_agent(trajectories: list, store: MemoryStore, seed: int):
 
     return agent
 
-# %% ../nbs/17_analysis.ipynb #117b8904
+# %% ../nbs/17_analysis.ipynb #1dc52625
 def demo_bank(
     path=None,  # the store file (None: in memory); an existing store is added to
     rounds: int = 8,  # passes over DEMO_RUN_TASKS, _DEMO_DAYS_APART days apart
@@ -860,9 +860,11 @@ def demo_bank(
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
         raise ValueError(f"rounds must be a non-negative integer, got {rounds!r}")
     trajectories, store = demo_trajectories(), MemoryStore(path)
+    end = datetime.now(timezone.utc)
+    start = end - timedelta(days=_DEMO_DAYS_APART * rounds)  # the demo runs learned first
     for t in trajectories:
-        learn_from_trajectory(t, store)
-    agent, end = _demo_agent(trajectories, store, seed), datetime.now(timezone.utc)
+        learn_from_trajectory(t, store, now=start)
+    agent = _demo_agent(trajectories, store, seed)
     runs = []
     for r in range(rounds):
         now = end - timedelta(days=_DEMO_DAYS_APART * (rounds - 1 - r))
