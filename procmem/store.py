@@ -1035,7 +1035,7 @@ def changes_since(self: MemoryStore, rev: int) -> tuple[int, list[MemoryItem], l
     changed = [m for m in (self._load_row(i, d) for i, d in rows) if m is not None]
     return cur, changed, deleted
 
-# %% ../nbs/02_store.ipynb #5f635f21
+# %% ../nbs/02_store.ipynb #69e4f2f9
 _BUMP = "json_set(data, '$.{0}', coalesce(json_extract(data, '$.{0}'), 0) + 1"
 
 
@@ -1052,7 +1052,10 @@ def _when(when) -> str:
     if not isinstance(when, datetime):
         raise TypeError(f"when must be an ISO-8601 text, a datetime or None, got {when!r:.60}")
     when = when if when.tzinfo else when.replace(tzinfo=timezone.utc)
-    return when.astimezone(timezone.utc).isoformat(timespec="seconds")
+    try:
+        return when.astimezone(timezone.utc).isoformat(timespec="seconds")
+    except OverflowError:  # e.g. 9999-12-31T23:59:59-01:00 is past the last UTC date
+        raise ValueError(f"when must be a time UTC can hold, got {when.isoformat()}") from None
 
 
 def _verdict(success) -> bool:
