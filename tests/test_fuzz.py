@@ -1249,7 +1249,6 @@ whens = (st.none() | nasty_text | st.integers() | st.floats() | st.datetimes().m
                             "2026-11-24", "9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00+14:00"]))
 
 
-@pytest.mark.xfail(strict=True, reason="lead fixing: OverflowError on a when at datetime's edge")
 @fuzz(150)
 @given(when=whens, call=st.sampled_from(["record_access", "record_injection", "record_outcome", "record_retrieval"]))
 def test_record_calls_with_any_when_keep_the_memory_readable(when, call):
