@@ -108,7 +108,7 @@ ITEM_COLUMNS = {  # store.to_df(): column -> dtype
     "source": "string",  # provenance source (web, tool, user, ...); <NA> when unknown
 }
 
-# %% ../nbs/17_analysis.ipynb #3f2417e4
+# %% ../nbs/17_analysis.ipynb #c2bb384e
 def _item_row(m, now) -> dict:
     "One `to_df` row for a memory."
     return dict(
@@ -118,7 +118,7 @@ def _item_row(m, now) -> dict:
         domain=m.domain,
         tags=list(m.tags),
         retrieved=m.access_count,
-        injected=getattr(m, "injected_count", 0),
+        injected=m.injected_count,
         uses=m.use_count,
         successes=m.success_count,
         failures=m.failure_count,
