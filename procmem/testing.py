@@ -14,9 +14,10 @@ from fastcore.basics import patch
 from .llm import DEFAULT_MODEL, AnthropicLLM, anthropic
 
 # %% auto #0
-__all__ = ['DUMMY_API_KEY', 'RECORD_ENV', 'HANDWRITTEN_NOTE', 'MISSING_RECORDING_ERROR', 'keyed_request', 'request_key',
-           'recording_path', 'write_recording', 'write_replies', 'list_recordings', 'MissingRecording', 'FakeAnthropic',
-           'fake_anthropic']
+__all__ = ['DUMMY_API_KEY', 'RECORD_ENV', 'HANDWRITTEN_NOTE', 'MISSING_RECORDING_ERROR', 'SCRIPT_EXHAUSTED_ERROR',
+           'keyed_request', 'request_key', 'recording_path', 'write_recording', 'write_replies', 'list_recordings',
+           'MissingRecording', 'ScriptExhausted', 'FakeAnthropic', 'fake_anthropic', 'usage_body', 'text_reply',
+           'tool_use_reply', 'error_reply', 'scripted_anthropic']
 
 # %% ../nbs/14_testing.ipynb #1f74c568
 DUMMY_API_KEY = "test-dummy-key"  # the key tests give the SDK; record mode refuses it
@@ -183,6 +184,54 @@ class MissingRecording(AssertionError):
             " and a real ANTHROPIC_API_KEY; a changed prompt, model or schema changes the key."
         )
 
+# %% ../nbs/14_testing.ipynb #7e507108
+SCRIPT_EXHAUSTED_ERROR = (  # the error type the fake server answers past the end of a script
+    "procmem_script_exhausted"
+)
+
+
+def _describe_block(block) -> str:
+    "A content block of a request in a few words."
+    if not isinstance(block, Mapping):
+        return repr(block)[:80]
+    kind = block.get("type")
+    if kind == "text":
+        return f"text {block.get('text', '')[:80]!r}"
+    if kind == "tool_use":
+        return f"tool_use {block.get('name')} {json.dumps(block.get('input'))[:60]}"
+    if kind == "tool_result":
+        return f"tool_result {block.get('tool_use_id')} {str(block.get('content'))[:60]!r}"
+    return str(kind)
+
+
+def _describe_request(request: Mapping | None) -> str:
+    "The last message of a request in a few words, to say which request went unanswered."
+    messages = (request or {}).get("messages") or []
+    if not messages:
+        return "a request with no messages"
+    last = messages[-1]
+    content = last.get("content")
+    blocks = [content] if isinstance(content, str) else list(content or [])
+    shown = "; ".join(
+        f"text {b[:80]!r}" if isinstance(b, str) else _describe_block(b) for b in blocks[:3]
+    )
+    return f"message {len(messages)} ({last.get('role')}): {shown}"
+
+# %% ../nbs/14_testing.ipynb #d84b5f71
+class ScriptExhausted(AssertionError):
+    "A test sent Claude more requests than its script has replies; nothing was sent anywhere."
+
+    def __init__(self, index: int, scripted: int, request: dict | None = None, more: int = 0):
+        self.index, self.scripted = index, scripted  # the request's position (0-based), replies
+        self.request = request  # the keyed fields of the unanswered request
+        extra = f" (and {more} more past the end)" if more else ""
+        super().__init__(
+            f"Claude request #{index + 1} came past the end of the script ({scripted} scripted"
+            f" repl{'y' if scripted == 1 else 'ies'}){extra}; its {_describe_request(request)}."
+            " Nothing was sent to the API. Add a reply for it to the script"
+            " (procmem.testing.text_reply / tool_use_reply) or make the agent stop earlier."
+        )
+
 # %% ../nbs/14_testing.ipynb #295fe0b2
 def _error_body(error_type: str, message: str, **extra) -> dict:
     "An API error body as the Messages API writes one."
@@ -235,7 +284,7 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(delay)
         self._send(status, payload, headers)
 
-# %% ../nbs/14_testing.ipynb #caea7d15
+# %% ../nbs/14_testing.ipynb #768a8aa4
 class FakeAnthropic:
     """A local stand-in for the Anthropic Messages API that answers from recordings on disk (see
     `fake_anthropic`)."""
@@ -248,13 +297,16 @@ class FakeAnthropic:
         ) = False,  # True: record misses from `upstream`; "replace": see RECORD_ENV
         upstream: str = "https://api.anthropic.com",  # the real API, for record mode
         api_key: str | None = None,  # the real key for record mode (default $ANTHROPIC_API_KEY)
+        script: list | None = None,  # scripted mode: the n-th request gets script[n] (see below)
     ):
-        self.recordings_dir, self.record = Path(recordings_dir), record
+        self.recordings_dir = None if recordings_dir is None else Path(recordings_dir)
+        self.record = record
+        self.script = None if script is None else _as_script(script)
         self.upstream = upstream.rstrip("/")
         self._api_key = (api_key or os.environ.get("ANTHROPIC_API_KEY")) if record else None
         self._check_setup()
         self.requests: list[dict] = []  # every request: {"key", "body", "served": file or None}
-        self.misses: list[MissingRecording] = []  # requests that had no recording
+        self.misses: list = []  # requests with no reply: MissingRecording or ScriptExhausted
         self.recorded: list[Path] = []  # files written in record mode
         self._served: dict[str, int] = {}  # replies served per key (for multi-reply recordings)
         self._lock, self._server = threading.Lock(), None
@@ -273,12 +325,17 @@ class FakeAnthropic:
             f" requests={len(self.requests)})"
         )
 
-# %% ../nbs/14_testing.ipynb #15cc1bf6
+# %% ../nbs/14_testing.ipynb #34bd0b90
 @patch
 def _check_setup(self: FakeAnthropic):
-    "Record mode needs a real key (and makes its folder); replay needs an existing folder."
+    """Record mode needs a real key (and makes its folder); replay needs an existing folder; a script
+    needs neither."""
     if self.record not in (False, True, "replace"):
         raise ValueError(f"record must be False, True or 'replace', not {self.record!r}")
+    if self.script is not None:
+        if self.record:
+            raise ValueError("a scripted fake server does not record: pass record=False")
+        return
     if self.record:
         if not self._api_key or self._api_key == DUMMY_API_KEY:
             raise ValueError(
@@ -312,7 +369,7 @@ def stop(self: FakeAnthropic):
         self._server.server_close()
         self._server = None
 
-# %% ../nbs/14_testing.ipynb #122f85a1
+# %% ../nbs/14_testing.ipynb #c7237398
 def _raise_missing_recording(request, call_next):
     "SDK middleware: the fake server's missing-recording answer raises `MissingRecording`."
     response = call_next(request)
@@ -322,6 +379,10 @@ def _raise_missing_recording(request, call_next):
         body = response.http_response.json()
     except ValueError:
         return response
+    if (body.get("error") or {}).get("type") == SCRIPT_EXHAUSTED_ERROR:
+        raise ScriptExhausted(
+            body["procmem_index"], body["procmem_scripted"], body["procmem_request"]
+        )
     if (body.get("error") or {}).get("type") != MISSING_RECORDING_ERROR:
         return response
     key, path = body.get("procmem_key", "?"), body.get("procmem_expected_file", "?")
@@ -373,11 +434,13 @@ def _lookup(self: FakeAnthropic, key: str) -> tuple[Path, dict | None]:
         self._served[key] = n + 1
     return path, replies[min(n, len(replies) - 1)]
 
-# %% ../nbs/14_testing.ipynb #cd5721d7
+# %% ../nbs/14_testing.ipynb #80ff9ef8
 @patch
 def _answer(self: FakeAnthropic, body: dict, raw: bytes, headers) -> tuple[int, dict, dict, float]:
     """(status, headers, body, delay) for one request: its recording, a recorded upstream reply, or
-    the missing-recording error."""
+    the missing-recording error; in scripted mode, the next scripted reply."""
+    if self.script is not None:
+        return self._scripted(body)
     key = request_key(body)
     path, rep = self._lookup(key)
     with self._lock:
@@ -430,7 +493,7 @@ def _forward(self: FakeAnthropic, body: dict, raw: bytes, headers) -> tuple[int,
             self.recorded.append(path)
     return status, {}, payload, 0
 
-# %% ../nbs/14_testing.ipynb #45cfcb69
+# %% ../nbs/14_testing.ipynb #ca1cc115
 _ENV_KEYS = ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY")
 
 
@@ -453,12 +516,36 @@ def _record_mode(value: str):
     raise ValueError(f"{RECORD_ENV} must be 1, replace or 0, not {value!r}")
 
 
-def _first_miss(fake: FakeAnthropic) -> MissingRecording:
-    "The first unrecorded request of the block, counting the others."
-    m = fake.misses[0]
-    return MissingRecording(m.key, m.path, m.request, more=len(fake.misses) - 1)
+def _first_miss(fake: FakeAnthropic) -> MissingRecording | ScriptExhausted:
+    "The first request of the block that had no reply, counting the others."
+    m, more = fake.misses[0], len(fake.misses) - 1
+    if isinstance(m, ScriptExhausted):
+        return ScriptExhausted(m.index, m.scripted, m.request, more=more)
+    return MissingRecording(m.key, m.path, m.request, more=more)
 
-# %% ../nbs/14_testing.ipynb #cdc5ffab
+
+@contextmanager
+def _serving(fake: FakeAnthropic, set_env: bool):
+    """Run `fake` for a block (pointing the environment at it when `set_env`); raise its first
+    unanswered request on exit, even when the block swallowed the error."""
+    fake.start()
+    saved = {k: os.environ.get(k) for k in _ENV_KEYS}
+    if set_env:
+        os.environ.update(ANTHROPIC_BASE_URL=fake.base_url, ANTHROPIC_API_KEY=DUMMY_API_KEY)
+    try:
+        yield fake
+    except BaseException as exc:
+        if fake.misses and not isinstance(exc, (MissingRecording, ScriptExhausted)):
+            raise _first_miss(fake) from exc
+        raise
+    finally:
+        fake.stop()
+        if set_env:
+            _restore_env(saved)
+    if fake.misses:
+        raise _first_miss(fake)
+
+# %% ../nbs/14_testing.ipynb #2bf257a6
 @contextmanager
 def fake_anthropic(
     recordings_dir,  # folder of recordings, e.g. tests/fixtures/llm
@@ -471,19 +558,142 @@ def fake_anthropic(
     any request had none."""
     if record is None:
         record = _record_mode(os.environ.get(RECORD_ENV, ""))
-    fake = FakeAnthropic(recordings_dir, record=record, upstream=upstream, api_key=api_key).start()
-    saved = {k: os.environ.get(k) for k in _ENV_KEYS}
-    if set_env:
-        os.environ.update(ANTHROPIC_BASE_URL=fake.base_url, ANTHROPIC_API_KEY=DUMMY_API_KEY)
-    try:
+    fake = FakeAnthropic(recordings_dir, record=record, upstream=upstream, api_key=api_key)
+    with _serving(fake, set_env):
         yield fake
-    except BaseException as exc:
-        if fake.misses and not isinstance(exc, MissingRecording):
-            raise _first_miss(fake) from exc
-        raise
-    finally:
-        fake.stop()
-        if set_env:
-            _restore_env(saved)
-    if fake.misses:
-        raise _first_miss(fake)
+
+# %% ../nbs/14_testing.ipynb #e7b991d0
+def usage_body(
+    input_tokens: int = 100,  # uncached input tokens
+    output_tokens: int = 20,  # output tokens
+    cache_creation_input_tokens: int = 0,  # input tokens written to the prompt cache
+    cache_read_input_tokens: int = 0,  # input tokens read from the prompt cache
+) -> dict:
+    "The `usage` of a Messages API response."
+    return dict(
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cache_creation_input_tokens=cache_creation_input_tokens,
+        cache_read_input_tokens=cache_read_input_tokens,
+    )
+
+
+def _message(content: list, stop_reason: str, usage: Mapping | None, model: str) -> dict:
+    "A Messages API response body (its id is filled in by the server)."
+    return dict(
+        type="message",
+        role="assistant",
+        model=model,
+        content=content,
+        stop_reason=stop_reason,
+        stop_sequence=None,
+        usage=dict(usage or usage_body()),
+    )
+
+# %% ../nbs/14_testing.ipynb #c5129241
+def text_reply(
+    text: str,  # what Claude says
+    usage: Mapping | None = None,  # `usage_body(...)`; default 100 input / 20 output tokens
+    stop_reason: str = "end_turn",  # e.g. "max_tokens", "refusal"
+    model: str = DEFAULT_MODEL,  # the model the reply names
+) -> dict:
+    "A hand-written Messages API reply that says `text`."
+    return _message([dict(type="text", text=text)], stop_reason, usage, model)
+
+
+def _tool_use_block(call) -> dict:
+    "A `tool_use` block from a (name, input) pair or a dict with name, input and maybe id."
+    if isinstance(call, Mapping):
+        name, args, tid = call.get("name"), call.get("input"), call.get("id")
+    elif isinstance(call, (tuple, list)) and len(call) == 2:
+        (name, args), tid = call, None
+    else:
+        raise TypeError(f"a tool call is a (name, input) pair or a dict, not {call!r}")
+    if not isinstance(name, str) or not isinstance(args, Mapping):
+        raise TypeError(f"a tool call needs a str name and a dict input, not {call!r}")
+    block = dict(type="tool_use", name=name, input=dict(args))
+    return {**block, "id": tid} if tid else block
+
+
+def tool_use_reply(
+    *calls,  # (name, input) pairs (or dicts with name, input and maybe id), in order
+    text: str | None = None,  # what Claude says before the calls
+    usage: Mapping | None = None,  # `usage_body(...)`; default 100 input / 20 output tokens
+    model: str = DEFAULT_MODEL,  # the model the reply names
+) -> dict:
+    "A hand-written Messages API reply that calls one or several tools (stop reason tool_use)."
+    if not calls:
+        raise ValueError("tool_use_reply needs at least one (name, input) call")
+    head = [dict(type="text", text=text)] if text else []
+    return _message(head + [_tool_use_block(c) for c in calls], "tool_use", usage, model)
+
+# %% ../nbs/14_testing.ipynb #fef6f7c6
+def error_reply(
+    status: int,  # HTTP status, e.g. 429, 529, 400
+    error_type: str,  # the API's error type, e.g. "rate_limit_error", "overloaded_error"
+    message: str = "hand-written error for a test",  # the error message
+    headers: Mapping | None = None,  # e.g. {"retry-after-ms": "10"}
+    delay_s: float | None = None,  # wait before answering (to provoke a client timeout)
+) -> dict:
+    "A scripted API error answer."
+    return _reply(status, _error_body(error_type, message), headers, delay_s)
+
+
+def _as_script(replies) -> list[dict]:
+    "Scripted replies as `_reply` dicts: a message body is a 200 answer."
+    if isinstance(replies, (str, bytes, Mapping)):
+        raise TypeError("scripted replies are a list of reply bodies, one per request")
+    script = []
+    for i, r in enumerate(replies):
+        if isinstance(r, Mapping) and "status" in r and "body" in r:
+            script.append(dict(r))
+        elif isinstance(r, Mapping) and r.get("type") == "message":
+            script.append(_reply(200, r, None, None))
+        else:
+            raise TypeError(f"scripted reply {i} is not a message body nor a status/body dict")
+    return script
+
+# %% ../nbs/14_testing.ipynb #1922d240
+def _with_ids(body: Mapping, n: int) -> dict:
+    "A scripted message body with its id and tool_use ids filled in, numbered by request `n`."
+    if body.get("type") != "message":
+        return dict(body)
+    content = [dict(b) for b in body.get("content") or []]
+    for i, block in enumerate(content):
+        if block.get("type") == "tool_use" and not block.get("id"):
+            block["id"] = f"toolu_s{n:03d}_{i}"
+    return {"id": body.get("id") or f"msg_s{n:03d}", **body, "content": content}
+
+
+@patch
+def _scripted(self: FakeAnthropic, body: dict) -> tuple[int, dict, dict, float]:
+    "Scripted mode: (status, headers, body, delay) of the next scripted reply, or the loud error."
+    with self._lock:
+        n = len(self.requests)
+        served = f"script[{n}]" if n < len(self.script) else None
+        self.requests.append(dict(key=request_key(body), body=body, served=served))
+    if served is None:
+        miss = ScriptExhausted(n, len(self.script), keyed_request(body))
+        with self._lock:
+            self.misses.append(miss)
+        extra = dict(procmem_index=n, procmem_scripted=len(self.script))
+        err = _error_body(SCRIPT_EXHAUSTED_ERROR, str(miss), **extra)
+        return 404, {"x-should-retry": "false"}, {**err, "procmem_request": miss.request}, 0
+    rep = self.script[n]
+    return (
+        rep["status"],
+        rep.get("headers") or {},
+        _with_ids(rep["body"], n),
+        rep.get("delay_s") or 0,
+    )
+
+# %% ../nbs/14_testing.ipynb #55f48051
+@contextmanager
+def scripted_anthropic(
+    replies: list,  # reply bodies (text_reply, tool_use_reply, error_reply, ...) one per request
+    set_env: bool = True,  # point ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY at the fake
+):
+    """Serve `replies` in order on 127.0.0.1 for the block, the n-th request getting `replies[n]`;
+    raise `ScriptExhausted` on exit if a request came past the end."""
+    with _serving(FakeAnthropic(None, script=replies), set_env) as fake:
+        yield fake
