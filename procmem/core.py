@@ -65,7 +65,24 @@ def parse_timestamp(s: str) -> datetime:
     d = datetime.fromisoformat(s[:-1] + "+00:00" if s.endswith(("Z", "z")) else s)
     return d if d.tzinfo else d.replace(tzinfo=timezone.utc)
 
-# %% ../nbs/00_core.ipynb #e89cba7f
+# %% ../nbs/00_core.ipynb #94b1003a
+DEFAULT_NAMESPACE = "default"  # the namespace of items and stores that name none
+_NAMESPACE_RE = re.compile(r"[A-Za-z0-9_@-][A-Za-z0-9_.@-]{0,63}")
+
+
+def _check_namespace(ns, name: str = "namespace") -> str:
+    "`ns` if it is a valid namespace; raises `MemoryValidationError` naming the value otherwise."
+    if not isinstance(ns, str):
+        raise MemoryValidationError(name, f"must be a string, got {type(ns).__name__} {ns!r:.40}")
+    if not _NAMESPACE_RE.fullmatch(ns):
+        raise MemoryValidationError(
+            name,
+            f"{ns!r:.80} is not a namespace: 1-64 characters of ASCII letters, digits and "
+            "'_', '.', '-', '@', not starting with '.'",
+        )
+    return ns
+
+# %% ../nbs/00_core.ipynb #1487288b
 @dataclass
 class MemoryItem:
     "One procedural memory: a strategy from a success or a pitfall from a failure."
@@ -92,6 +109,7 @@ class MemoryItem:
     lineage: list = field(default_factory=list)  # earlier versions of its text (replaces), dicts
     status: str = "active"  # one of STATUSES; only active items are searched, retrieved, injected
     status_reasons: list = field(default_factory=list)  # one-line reasons for a non-active status
+    namespace: str = DEFAULT_NAMESPACE  # the tenant (user, team, agent) whose bank holds it
     schema_version: int = SCHEMA_VERSION
     extra: dict = field(default_factory=dict)  # unknown keys read from JSON, written back unchanged
 
@@ -246,7 +264,7 @@ def _check_status(status, reasons):
                 "status_reasons", f"each reason must be one line, got {r[:40]!r}"
             )
 
-# %% ../nbs/00_core.ipynb #ce90fae0
+# %% ../nbs/00_core.ipynb #b81b5519
 @patch
 def validate(self: MemoryItem) -> MemoryItem:
     "Raise `MemoryValidationError` naming the first bad field; return the item when it is valid."
@@ -259,6 +277,7 @@ def validate(self: MemoryItem) -> MemoryItem:
     _check_text("task_query", self.task_query)
     _check_text("domain", self.domain, required=True)
     _check_text("session_id", self.session_id, nullable=True)
+    _check_namespace(self.namespace)
     if self.source_type not in SOURCE_TYPES:
         msg = f"{self.source_type!r} is not one of {', '.join(SOURCE_TYPES)}"
         raise MemoryValidationError("source_type", msg)

@@ -149,7 +149,7 @@ def _remove_stale_temps(path: Path):
     for p in path.parent.glob(path.name + ".new-*"):
         p.unlink(missing_ok=True)
 
-# %% ../nbs/03_index.ipynb #ee581807
+# %% ../nbs/03_index.ipynb #68732b9d
 def _parse_base(data: bytes, keywords) -> tuple:
     """(base, meta) from a file's bytes; ValueError/KeyError/TypeError when they are not a whole
     index file."""
@@ -165,6 +165,9 @@ def _parse_base(data: bytes, keywords) -> tuple:
     for k, (dt, shape, pos) in head["layout"].items():
         count = int(np.prod(shape)) if shape else 1
         arr[k] = np.frombuffer(body, np.dtype(dt), count, pos).reshape(shape)
+    missing = [k for k in keywords if k not in head["kwvals"]]
+    if missing:  # e.g. an index written before namespaces: derived data, rebuilt from the store
+        raise ValueError(f"built before the {missing[0]!r} field existed")
     b = SimpleNamespace(
         **{a: arr[a] for a in _ARRAYS},
         kw={k: arr[f"kw:{k}"] for k in keywords},
@@ -496,7 +499,7 @@ def _terms(self: BM25Index, plan: list, avg: dict) -> list:
 def _first_desc(x):
     return -x[0]
 
-# %% ../nbs/03_index.ipynb #84a7766c
+# %% ../nbs/03_index.ipynb #bdb7713d
 @patch
 def _live(self: BM25Index, docs: np.ndarray, filters: dict) -> np.ndarray:
     "The base numbers in `docs` that are live and pass `filters`."
@@ -506,7 +509,8 @@ def _live(self: BM25Index, docs: np.ndarray, filters: dict) -> np.ndarray:
         docs = docs[dead[pos] != docs]
     for k, allowed in filters.items():
         codes = [c for c, v in enumerate(self._base.kwvals[k]) if v in allowed]
-        docs = docs[np.isin(self._base.kw[k][docs], codes)]
+        if len(codes) < len(self._base.kwvals[k]):  # a filter every value passes costs nothing
+            docs = docs[np.isin(self._base.kw[k][docs], codes)]
     return docs
 
 
@@ -857,9 +861,9 @@ def refresh(self: BM25Index) -> bool:
         self._sig = sig
     return True
 
-# %% ../nbs/03_index.ipynb #23cd76e8
+# %% ../nbs/03_index.ipynb #b7ec1469
 STORE_FIELDS = {"text": 1.0}
-_KEYWORDS = ("domain", "source_type")
+_KEYWORDS = ("domain", "source_type", "namespace")
 _TEXT_SQL = " || ' ' || ".join(
     [
         f"COALESCE(json_extract(data, '$.{f}'), '')"
@@ -867,11 +871,12 @@ _TEXT_SQL = " || ' ' || ".join(
     ]
     + ["COALESCE((SELECT group_concat(value, ' ') FROM json_each(data, '$.example_queries')), '')"]
 )
-# {status}: the store's status column (or 'active' for a read-only format-2 store). The unary `+`
+# {status}: the store's status column (or 'active' for a read-only format-2 store); {ns}: its
+# namespace column (or 'default' for a read-only format-4 store). The unary `+`
 # keeps SQLite on the `rev` index: with `status = 'active'` it picked the (status, domain) index
 # and read every active row to catch up one change (28 ms at 100k instead of a few µs).
 _ROWS_SQL = (
-    f"SELECT id, {_TEXT_SQL}, domain, source_type FROM memories "
+    f"SELECT id, {_TEXT_SQL}, domain, source_type, {{ns}} FROM memories "
     "WHERE rev > ? AND json_valid(data) AND +{status} = 'active'"
 )
 _INACTIVE_SQL = "SELECT id FROM memories WHERE rev > ? AND +{status} <> 'active'"
@@ -912,7 +917,7 @@ def _index(self: MemoryStore) -> BM25Index:
         self._bm25, self._bm25_rev = ix, self._adopt(ix)  # base + overlay reflect this revision
     return ix
 
-# %% ../nbs/03_index.ipynb #43fd259a
+# %% ../nbs/03_index.ipynb #88679cb7
 @patch
 def _feed_index(self: MemoryStore, ix: BM25Index, bulk: bool = False):
     "Bring `ix` to the store's revision: changes go to its overlay, or (`bulk`) into a new base."
@@ -922,9 +927,10 @@ def _feed_index(self: MemoryStore, ix: BM25Index, bulk: bool = False):
         deleted = [r[0] for r in c.execute("SELECT id FROM tombstones WHERE rev > ?", (base,))]
         inactive = c.execute(_INACTIVE_SQL.format(status=self._status_sql), (base,))
         deleted += [r[0] for r in inactive]  # quarantined or archived since: out of the index
+        sql = _ROWS_SQL.format(status=self._status_sql, ns=self._ns_sql)
         rows = (
-            (i, text, dict(domain=d, source_type=st))
-            for i, text, d, st in c.execute(_ROWS_SQL.format(status=self._status_sql), (base,))
+            (i, text, dict(domain=d, source_type=st, namespace=ns))
+            for i, text, d, st, ns in c.execute(sql, (base,))
         )
         if bulk:
             ix.flush(meta={"store_id": self.store_id, "rev": rev}, docs=rows, removed=deleted)
@@ -1001,16 +1007,17 @@ def _index_in_ram(self: MemoryStore, e: OSError) -> BM25Index:
         self._feed_index(ix)
     return ix
 
-# %% ../nbs/03_index.ipynb #1e2d2235
+# %% ../nbs/03_index.ipynb #62883546
 @patch
 def search(
     self: MemoryStore, query: str, k: int = 5, domain=None, source_type=None
 ) -> list[tuple[MemoryItem, float]]:
-    """The `k` best-matching memories with their BM25 scores, best first; filters: domain,
-    source_type."""
+    """The `k` best-matching memories of this store's namespace with their BM25 scores, best first;
+    filters: domain, source_type."""
     if not isinstance(query, str):
         raise TypeError(f"query must be a string, got {type(query).__name__}")
     filters = {"domain": domain, "source_type": source_type}  # each a value or a list of values
+    filters["namespace"] = self.namespace  # inside the index query: the top k is this namespace's
     hits = self.sync_index().search(query, k, filters=filters)
     found = self.get_many([i for i, _ in hits])  # an id deleted meanwhile is skipped
     items = {m.id: m for m in found if m.status == "active"}  # and one put away meanwhile

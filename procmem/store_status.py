@@ -14,11 +14,11 @@ from .store import _archived_reasons, _reason_list, _split_archived, _who, _when
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/02a_store_status.ipynb #3dcca56f
+# %% ../nbs/02a_store_status.ipynb #7f6db6d6
 _INJECT = (
     "UPDATE memories SET data = "
     + _BUMP.format("injected_count")
-    + ", '$.last_used_at', ?) WHERE id=? AND json_valid(data)"
+    + ", '$.last_used_at', ?) WHERE id=? AND namespace=? AND json_valid(data)"
 )
 
 
@@ -36,7 +36,7 @@ def record_injection(
         return self._skip_injection(ids)
     when = _when(when)
     with self._write() as c:
-        c.executemany(_INJECT, [(when, i) for i in ids])
+        c.executemany(_INJECT, [(when, i, self.namespace) for i in ids])
         self._log(c, "inject", ids)
 
 
@@ -52,7 +52,7 @@ def _skip_injection(self: MemoryStore, ids: list):
         )
     self.unrecorded_injections = getattr(self, "unrecorded_injections", 0) + len(ids)
 
-# %% ../nbs/02a_store_status.ipynb #9af0d3ce
+# %% ../nbs/02a_store_status.ipynb #6c80aa17
 @patch
 def record_retrieval(
     self: MemoryStore,
@@ -70,7 +70,7 @@ def record_retrieval(
     with self._write() as c:
         for sql, kind, ids in ((_ACCESS, "retrieve", retrieved), (_INJECT, "inject", injected)):
             if ids:
-                c.executemany(sql, [(when, i) for i in ids])
+                c.executemany(sql, [(when, i, self.namespace) for i in ids])
                 self._log(c, kind, ids)
 
 # %% ../nbs/02a_store_status.ipynb #ba609b03
@@ -195,8 +195,8 @@ def restore(
     with self._write() as c:
         return self._restore(c, [self._status_row(c, i) for i in ids], by, reason)
 
-# %% ../nbs/02a_store_status.ipynb #22d2544d
-_ARCHIVED = "SELECT id, data FROM memories WHERE status='archived'{} ORDER BY rowid"
+# %% ../nbs/02a_store_status.ipynb #9bcb66b6
+_ARCHIVED = "SELECT id, data FROM memories WHERE namespace=? AND status='archived'{} ORDER BY rowid"
 
 
 @patch
@@ -222,7 +222,7 @@ def restore_all(
 def _archived_rows(self: MemoryStore, c, domain: str | None) -> list[MemoryItem]:
     "The readable archived memories (of `domain`), in insertion order, inside a transaction."
     if domain is None:
-        rows = c.execute(_ARCHIVED.format("")).fetchall()
+        rows = c.execute(_ARCHIVED.format(""), (self.namespace,)).fetchall()
     else:
-        rows = c.execute(_ARCHIVED.format(" AND domain=?"), (domain,)).fetchall()
+        rows = c.execute(_ARCHIVED.format(" AND domain=?"), (self.namespace, domain)).fetchall()
     return [m for m in (self._load_row(i, d) for i, d in rows) if m is not None]

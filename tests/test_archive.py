@@ -15,6 +15,7 @@ from procmem import MemoryItem, MemoryStore
 import procmem.store_status  # noqa: F401  (adds archive/restore/record_injection until procmem imports it)
 from procmem.bootstrap import bootstrap_general_strategies
 from procmem.core import parse_timestamp
+from procmem.store import STORE_FORMAT
 from procmem.reflexion_lessons import lessons_from_env_results
 from procmem.retrieval import retrieve_memories
 from procmem.store import (STORE_FORMAT, MemoryNotFoundError, ReadOnlyWarning, StoreBudgetError,
@@ -325,7 +326,7 @@ def test_a_format_3_procmem_refuses_a_store_with_archived_memories(tmp_path):
     code = "import sys; from procmem import MemoryStore; MemoryStore(sys.argv[1], readonly=True)"
     r = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True, text=True, cwd=tmp_path,
                        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{old}:{':'.join(p for p in sys.path if 'site-packages' in p)}"})
-    assert r.returncode != 0 and "written by a newer procmem (store format 4)" in r.stderr, r.stderr[-500:]
+    assert r.returncode != 0 and f"written by a newer procmem (store format {STORE_FORMAT})" in r.stderr, r.stderr[-500:]
     ft.test_eq(_sha(db), before)
 
 

@@ -152,5 +152,5 @@ def test_catch_up_queries_use_the_rev_index(tmp_path):
     s.close()
     con = sqlite3.connect(tmp_path / "m.db")
     for sql in (_ROWS_SQL, _INACTIVE_SQL):
-        plan = " ".join(r[-1] for r in con.execute("EXPLAIN QUERY PLAN " + sql.format(status="status"), (0,)))
+        plan = " ".join(r[-1] for r in con.execute("EXPLAIN QUERY PLAN " + sql.format(status="status", ns="namespace"), (0,)))
         assert "memories_rev" in plan and "memories_status" not in plan, plan
