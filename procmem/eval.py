@@ -35,7 +35,7 @@ from procmem.trajectory import (
 )
 from .trust import _task_key as _task_hash
 
-# %% ../nbs/18_eval.ipynb #fa62a396
+# %% ../nbs/18_eval.ipynb #7aba40d6
 ARMS = {
     "none": dict(memory=False, learn=False),  # the control: an empty block, nothing learned
     "memory": dict(memory=True, learn=False),  # the learned store, frozen
@@ -65,7 +65,11 @@ def _arm_specs(arms) -> list[tuple[str, dict]]:
         if not isinstance(a, dict) or not isinstance(a.get("name"), str) or not a["name"]:
             raise TypeError(f"a custom arm must be a dict with a non-empty 'name', got {a!r}")
         kw = {"memory": True, "learn": False, **{k: v for k, v in a.items() if k != "name"}}
-        _check_kw(kw, f"arm {a['name']!r}")
+        if "agent" in kw and not callable(kw["agent"]):
+            raise TypeError(
+                f"arm {a['name']!r}: agent must be callable as agent(task, memory_block)"
+            )
+        _check_kw({k: v for k, v in kw.items() if k != "agent"}, f"arm {a['name']!r}")
         out.append((a["name"], kw))
     names = [n for n, _ in out]
     if len(set(names)) < len(names):
@@ -173,7 +177,7 @@ def _taught_ids(res) -> list[str]:
         {i for e in gates if e.get("action") in _LEARNED_ACTIONS for i in e.get("ids", [])}
     )
 
-# %% ../nbs/18_eval.ipynb #3a473f6a
+# %% ../nbs/18_eval.ipynb #4bff0464
 def _run_seed(seed: int, task_id: str, repeat: int) -> int:
     "A 63-bit seed from (seed, task id, repeat), stable across processes and arms."
     digest = hashlib.sha256(f"{seed}\x1f{task_id}\x1f{repeat}".encode()).digest()
@@ -197,6 +201,7 @@ def _seeded(agent, s: int):
     def run(task, block):
         return agent(task, block, seed=s)
 
+    run.wants_memory_block = getattr(agent, "wants_memory_block", True)  # what the loop reads
     return run
 
 # %% ../nbs/18_eval.ipynb #0dd616b1
@@ -242,10 +247,13 @@ def _judge_run(traj: Trajectory, judge, llm) -> Judgment:
     t = without_injected(traj)
     return _judge_step(t, extract_trajectory_artifact(t), judge, llm)
 
-# %% ../nbs/18_eval.ipynb #7071c7af
+# %% ../nbs/18_eval.ipynb #0eac51a0
 def _run_kwargs(arm_kw: dict, run_kw: dict, exclude: list) -> dict:
     "The keywords for run_with_memory: the arm's over the test's, and the exclusions."
-    kw = {**run_kw, **arm_kw}
+    kw = {
+        **run_kw,
+        **{k: v for k, v in arm_kw.items() if k != "agent"},
+    }  # the arm's own agent: apart
     if exclude:
         if "exclude_ids" not in _RUN_KW:
             raise RuntimeError("exclude_self needs run_with_memory(exclude_ids=...), missing here")
@@ -277,6 +285,7 @@ def _run_row(spec, arm, repeat, agent, store, kw) -> dict:
         cost=cost,
         latency_ms=res.timings["retrieve"] + res.timings["agent"],
         injected_ids=[m.id for m in res.injected],
+        recalled_ids=[m.id for m in res.recalled],
         excluded_ids=list(kw.get("exclude_ids", ())),
         taught_ids=_taught_ids(res),
         agent_error=res.agent_error,
@@ -330,7 +339,7 @@ def _fresh_store(factory, seen: list, first: dict | None) -> tuple:
         raise ValueError(f"store_factory returned a store unlike the first one: {diff}")
     return s, state
 
-# %% ../nbs/18_eval.ipynb #3398b383
+# %% ../nbs/18_eval.ipynb #f2a4a93f
 def _frozen_view(store: MemoryStore) -> tuple:
     "(a read-only MemoryStore on the same memories, a temp folder to remove or None)."
     if store.path is not None:
@@ -344,6 +353,7 @@ def _frozen_view(store: MemoryStore) -> tuple:
 def _arm_rows(specs, name, arm_kw, r, agent, store, opts) -> list[dict]:
     "Run every task of one arm and repeat on `store`, in order."
     learns, rows, index, taught = arm_kw.get("learn", True), [], None, {}
+    agent = arm_kw.get("agent", agent)
     for spec in specs:
         if opts["exclude_self"] and arm_kw.get("memory", True) and (index is None or learns):
             index = _learned_from(store)  # a learning arm: again before every task
@@ -374,10 +384,15 @@ def _run_arm(specs, name, arm_kw, r, agent, store, state, opts) -> list[dict]:
         raise FrozenStoreError(f"arm {name!r} (repeat {r}) changed a frozen store: {diff}", diff)
     return rows
 
-# %% ../nbs/18_eval.ipynb #ddb2de27
+# %% ../nbs/18_eval.ipynb #024ea216
+def _every_arm_has_agent(arm_specs) -> bool:
+    "Whether every arm brings its own agent (then ab_test needs none)."
+    return all(callable(kw.get("agent")) for _, kw in arm_specs)
+
+
 def ab_test(
     tasks,  # task strings or dicts with "task" and optional "id", "truth" (bool or fn(trajectory))
-    agent,  # agent(task, memory_block[, seed=]) -> trajectory, as for run_with_memory
+    agent,  # agent(task, memory_block[, seed=]) -> trajectory (None: every arm brings its own)
     store_factory,  # () -> a fresh MemoryStore with the learned memories (e.g. store_copies(path))
     arms=("none", "memory"),  # names from ARMS or dicts {"name": ..., **run_with_memory kwargs}
     repeats: int = 1,  # runs of every task in every arm
@@ -394,8 +409,10 @@ def ab_test(
     specs, arm_specs = _task_specs(tasks), _arm_specs(arms)
     if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
         raise ValueError(f"repeats must be a positive int, got {repeats!r}")
-    if not callable(agent) or not callable(store_factory):
-        raise TypeError("agent and store_factory must be callable")
+    if not callable(store_factory) or not (callable(agent) or _every_arm_has_agent(arm_specs)):
+        raise TypeError(
+            "agent and store_factory must be callable (agent may be None when every arm brings one)"
+        )
     _check_kw(run_kw, "ab_test")
     if {"memory", "learn"} & set(run_kw):
         raise ValueError(
