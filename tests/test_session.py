@@ -134,6 +134,14 @@ def test_a_memory_the_session_was_not_seeded_with_is_confirmed_by_another_task_o
     ft.test_eq(store.get(stored.id).confidence, 0.2)
 
 
+def test_default_trust_is_the_agent_tools_own():
+    "A learning is what an agent writes, like record_memory: untrusted unless the caller says so."
+    from procmem.tools import AGENT_TRUST
+    s = Session(MemoryStore(), domain="alfworld")
+    s.learn("Heat food only after taking it out of the fridge and opening the microwave door.")
+    ft.test_eq(item_trust(s.reflect()[0].stored), AGENT_TRUST)
+
+
 def test_reflect_result_names_what_the_store_holds():
     store = MemoryStore()
     s = Session(store, domain="alfworld", by="agent-x")
@@ -186,7 +194,7 @@ def test_learnings_from_untrusted_text_seed_only_what_passes_the_read_checks():
 def test_injection_texts_learned_by_a_trusted_agent_are_scanned():
     "Even a trusted agent's learnings go through the scanner: some are refused or quarantined."
     store = MemoryStore()
-    s = Session(store, domain="web")
+    s = Session(store, domain="web", trust="trusted")
     for t in _injections():
         s.learn(t)
     actions = [r.action for r in s.reflect()]
