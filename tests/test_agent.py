@@ -1,0 +1,349 @@
+"""ClaudeAgent (issue 10, "A reference agent"): every guard exercised through the SDK's own tool runner
+against the scripted fake Messages server (procmem.testing.scripted_anthropic; every reply is
+hand-written, no network, no key) — the round and spend circuit breaker, the doom-loop stop with its
+warning inside the tool_result the model gets back, exact token/cost totals, API errors as extrinsic
+failures the loop learns nothing from, both memory modes end to end through run_with_memory, and the
+A/B harness comparing the modes. Real agent behaviour: HotpotQA ReAct runs (Reflexion, MIT) replayed
+as tool calls, whose repeated searches the live guard must stop where an independent count says."""
+import re, sys, unicodedata
+from pathlib import Path
+
+import pytest
+
+try: import procmem  # noqa: F401
+except ImportError: sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # running from a source tree
+import fastcore.test as ft
+from anthropic import beta_tool
+from anthropic.lib.tools import ToolError
+from procmem.agent import ClaudeAgent, TOOL_MODE_SYSTEM
+from procmem.core import MemoryItem
+from procmem.eval import ab_test, summarize_ab
+from procmem.judge import Judgment
+from procmem.llm import PRICES, LLMError
+from procmem.loop import run_with_memory
+from procmem.store import MemoryStore
+from procmem.testing import (ScriptExhausted, error_reply, scripted_anthropic, text_reply, tool_use_reply,
+                             usage_body)
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+MODEL = "claude-haiku-5-5"
+TASK = "Sum the monthly sales rows of the regional sales table and report the total"
+
+
+@beta_tool
+def sum_column(column: str) -> str:
+    """Sum one column of the sales table.
+    Args:
+        column: the column's name"""
+    if column.strip().lower() != "sales":
+        raise ToolError(f"no column named {column!r}; the columns are month, region, sales")
+    return "total: 1200"
+
+
+def ok(artifact, llm=None): return Judgment(True, "the total is in the last observation", 0.9)
+def failed(artifact, llm=None): return Judgment(False, "the total was never checked", 0.9, failure_class="intrinsic")
+def no_lessons(artifact, judgment, llm=None, domain=None): return []
+
+
+@pytest.fixture
+def store():
+    s = MemoryStore()
+    s.add(MemoryItem("Sum table rows after checking the columns", "When a task asks to sum the rows of a sales table.",
+                     "1. List the table's columns.\n2. Pick the sales column.\n3. Sum its rows and report the total.",
+                     tags=["sales", "table", "sum"], id="mem-sum"))
+    s.add(MemoryItem("Report monthly totals per region", "When sales are split by month and region.",
+                     "1. Group the rows by region.\n2. Sum the monthly sales.\n3. Report each total.",
+                     tags=["sales", "monthly", "regional"], id="mem-region"))
+    return s
+
+
+def tool_results(request) -> list:
+    "The tool_result blocks of the last message of a request body."
+    content = request["body"]["messages"][-1]["content"]
+    return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+
+
+def result_text(block) -> str:
+    c = block["content"]
+    return c if isinstance(c, str) else "\n".join(b.get("text", "") for b in c)
+
+
+def counters(store, ids):
+    return [(store.get(i).use_count, store.get(i).success_count, store.get(i).failure_count) for i in ids]
+
+
+# ---- the circuit breaker -------------------------------------------------------------------------------
+
+def test_round_cap_stops_before_running_the_next_round():
+    calls = [tool_use_reply(("sum_column", {"column": c})) for c in ("sales", "region", "month")]
+    with scripted_anthropic(calls) as fake:  # a 4th request would be ScriptExhausted
+        t = ClaudeAgent(tools=[sum_column], max_tool_rounds=2, client=fake.client())(TASK)
+    assert (t.metadata["stopped_by"], t.metadata["rounds"], len(t.steps), t.answer) == ("max_tool_rounds", 2, 2, None)
+    assert len(fake.requests) == 3 and t.metadata["usage"]["calls"] == 3  # the 3rd reply was paid for, not run
+    assert [s.args for s in t.steps] == [{"column": "sales"}, {"column": "region"}]
+    with scripted_anthropic(calls[:1]) as fake:
+        zero = ClaudeAgent(tools=[sum_column], max_tool_rounds=0, client=fake.client())(TASK)
+    assert (zero.metadata["stopped_by"], zero.steps) == ("max_tool_rounds", [])
+
+
+def test_budget_stops_at_the_reply_that_crosses_it():
+    price = PRICES[MODEL]
+    u = usage_body(20_000, 1_000)  # $0.0025 per reply on haiku-5-5
+    per_reply = (20_000 * price.input + 1_000 * price.output) / 1e6
+    script = [tool_use_reply(("sum_column", {"column": "sales"}), usage=u),
+              tool_use_reply(("sum_column", {"column": "region"}), usage=u)]
+    with scripted_anthropic(script) as fake:
+        t = ClaudeAgent(tools=[sum_column], budget_usd=1.5 * per_reply, client=fake.client())(TASK)
+    assert t.metadata["stopped_by"] == "budget" and t.metadata["rounds"] == 1 and len(t.steps) == 1
+    ft.test_close(t.metadata["cost_usd"], 2 * per_reply, eps=1e-12)  # spent at most one reply past the limit
+    assert len(fake.requests) == 2
+
+
+def test_a_budget_needs_a_price_and_limits_are_checked_before_any_request():
+    ft.test_fail(lambda: ClaudeAgent(model="claude-not-a-model"), contains="no price for model")
+    ft.test_fail(lambda: ClaudeAgent(budget_usd=-1), contains="budget_usd must be > 0")
+    ft.test_fail(lambda: ClaudeAgent(max_tool_rounds=2.5), contains="max_tool_rounds must be an int")
+    ft.test_fail(lambda: ClaudeAgent(mode="both"), contains="mode must be one of inject, tool")
+
+
+# ---- live loop detection -------------------------------------------------------------------------------
+
+def test_doom_loop_warns_inside_the_tool_result_then_stops():
+    same = [tool_use_reply(("sum_column", {"column": v})) for v in ("sales", "Sales", " sales ", "SALES")]
+    with scripted_anthropic(same) as fake:
+        t = ClaudeAgent(tools=[sum_column], client=fake.client())(TASK)
+    assert (t.metadata["stopped_by"], len(t.steps), t.answer) == ("doom_loop", 3, None)  # the 4th never ran
+    assert t.metadata["doom_loop"] == dict(tool="sum_column", args={"column": "SALES"}, count=4)
+    sent = [result_text(tool_results(r)[0]) for r in fake.requests[1:]]  # what the model read, request by request
+    assert sent[0] == "total: 1200"  # the first call is not a repeat
+    assert sent[1].startswith("total: 1200\n\n[procmem loop guard] This is call number 2 of `sum_column`")
+    assert "call number 3" in sent[2] and "stopped at call number 4" in sent[2]
+    assert t.metadata["loop_warnings"] == [dict(step=1, tool="sum_column", count=2), dict(step=2, tool="sum_column", count=3)]
+    assert all("loop guard" not in s.observation for s in t.steps)  # the steps keep the tool's own output
+
+
+def test_a_failing_repeated_tool_gets_its_error_and_the_warning():
+    bad = [tool_use_reply(("sum_column", {"column": "total"}))] * 2 + [text_reply("I could not sum it.")]
+    with scripted_anthropic(bad) as fake:
+        t = ClaudeAgent(tools=[sum_column], client=fake.client())(TASK)
+    last = tool_results(fake.requests[2])[0]
+    assert last["is_error"] is True and "no column named 'total'" in result_text(last)
+    assert "[procmem loop guard] This is call number 2" in result_text(last)
+    assert [s.error for s in t.steps] == ["no column named 'total'; the columns are month, region, sales"] * 2
+    assert (t.metadata["stopped_by"], t.answer) == ("end_turn", "I could not sum it.")
+
+
+def test_different_calls_are_not_a_loop_and_blocks_get_a_text_warning():
+    @beta_tool
+    def chart(kind: str) -> list:
+        """Draw a chart.
+        Args:
+            kind: bar or line"""
+        return [{"type": "text", "text": f"{kind} chart drawn"}]
+    script = [tool_use_reply(("chart", {"kind": "bar"}), ("chart", {"kind": "line"})),
+              tool_use_reply(("chart", {"kind": "bar"})), text_reply("done")]
+    with scripted_anthropic(script) as fake:
+        t = ClaudeAgent(tools=[chart], client=fake.client())(TASK)
+    assert [result_text(b) for b in tool_results(fake.requests[1])] == ["bar chart drawn", "line chart drawn"]
+    warned = tool_results(fake.requests[2])[0]["content"]
+    assert warned[0] == {"type": "text", "text": "bar chart drawn"} and "call number 2 of `chart`" in warned[1]["text"]
+    assert t.metadata["loop_warnings"] == [dict(step=2, tool="chart", count=2)] and t.answer == "done"
+
+
+def _norm(v) -> str:
+    "An independent normalisation of a ReAct argument: NFKC, case-folded, whitespace collapsed."
+    return " ".join(unicodedata.normalize("NFKC", v).casefold().split())
+
+
+def _first_doom(steps, n: int):
+    "Index of the first step that is the n-th identical (name, argument) call, by direct count."
+    seen = {}
+    for i, s in enumerate(steps):
+        k = (s.name, _norm(s.args))
+        seen[k] = seen.get(k, 0) + 1
+        if seen[k] >= n:
+            return i
+    return None
+
+
+def _replay(traj):
+    "The scripted replies and tools that make ClaudeAgent replay a ReAct trajectory's actions."
+    acts = [s for s in traj.steps if s.name in ("Search", "Lookup")]
+    obs = iter(s.observation for s in acts)
+
+    @beta_tool
+    def Search(entity: str) -> str:
+        """Search Wikipedia.
+        Args:
+            entity: what to search"""
+        return next(obs)
+
+    @beta_tool
+    def Lookup(keyword: str) -> str:
+        """Look a keyword up in the current page.
+        Args:
+            keyword: the keyword"""
+        return next(obs)
+    arg = dict(Search="entity", Lookup="keyword")
+    script = [tool_use_reply((s.name, {arg[s.name]: s.args}), text=s.thought) for s in acts]
+    return acts, script + [text_reply(traj.answer or "no answer")], [Search, Lookup]
+
+
+def test_doom_loop_guard_on_real_react_runs():
+    from procmem.research_logs import from_reflexion_log
+    path = SHARED / "reflexion" / "hotpotqa_react_reflexion_100q_5trials.txt"
+    if not path.exists():
+        pytest.skip(f"shared data absent: {path}")
+    runs = [t for t in from_reflexion_log(path) if all(isinstance(s.args, str) for s in t.steps)]
+    looping = [t for t in runs if _first_doom([s for s in t.steps if s.name in ("Search", "Lookup")], 3) is not None]
+    assert len(runs) > 300 and len(looping) >= 5, (len(runs), len(looping))
+    clean = [t for t in runs if t not in looping][:5]
+    for t in looping[:12] + clean:
+        acts, script, tools = _replay(t)
+        doom = _first_doom(acts, 3)
+        replies = script[:doom + 1] if doom is not None else script
+        with scripted_anthropic(replies) as fake:
+            out = ClaudeAgent(tools=tools, doom_loop_calls=3, max_tool_rounds=50, client=fake.client())(t.task)
+        if doom is None:
+            assert out.metadata["stopped_by"] == "end_turn" and len(out.steps) == len(acts), t.task
+        else:
+            assert out.metadata["stopped_by"] == "doom_loop" and len(out.steps) == doom, t.task
+            assert out.metadata["doom_loop"]["tool"] == acts[doom].name
+            assert any("[procmem loop guard]" in result_text(b) for r in fake.requests for b in tool_results(r))
+
+
+# ---- tokens and cost -----------------------------------------------------------------------------------
+
+def test_token_and_cost_totals_are_exact():
+    p, sonnet = PRICES[MODEL], PRICES["claude-sonnet-4-5"]
+    script = [tool_use_reply(("sum_column", {"column": "sales"}), usage=usage_body(1200, 80, cache_creation_input_tokens=3000)),
+              tool_use_reply(("sum_column", {"column": "region"}), usage=usage_body(40, 60, cache_read_input_tokens=3000)),
+              text_reply("The total is 1200.", usage=usage_body(70, 15, cache_read_input_tokens=3100), model="claude-sonnet-4-5")]
+    with scripted_anthropic(script) as fake:
+        t = ClaudeAgent(tools=[sum_column], client=fake.client())(TASK)
+    assert t.metadata["usage"] == dict(input_tokens=1310, output_tokens=155, cache_creation_input_tokens=3000,
+                                       cache_read_input_tokens=6100, calls=3, cost_usd=t.metadata["cost_usd"])
+    want = ((1200 * p.input + 80 * p.output + 3000 * p.cache_write) + (40 * p.input + 60 * p.output + 3000 * p.cache_read)
+            + (70 * sonnet.input + 15 * sonnet.output + 3100 * sonnet.cache_read)) / 1e6  # each reply at its own model's price
+    ft.test_close(t.metadata["cost_usd"], want, eps=1e-12)
+
+
+# ---- API errors are extrinsic ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("reply,kind", [
+    (error_reply(529, "overloaded_error", "Overloaded"), "overloaded_error"),
+    (error_reply(429, "rate_limit_error", "rate limited", headers={"retry-after": "0"}), "rate_limit_error"),
+    (error_reply(500, "api_error", "Internal server error"), "api_error"),
+    (error_reply(400, "invalid_request_error", "prompt is too long"), "invalid_request_error"),
+])
+def test_api_errors_teach_nothing_and_blame_nobody(store, reply, kind):
+    before = counters(store, ["mem-sum", "mem-region"])
+    with scripted_anthropic([tool_use_reply(("sum_column", {"column": "sales"})), reply]) as fake:
+        r = run_with_memory(TASK, ClaudeAgent(tools=[sum_column], client=fake.client()), store, judge=failed)
+    t = r.trajectory
+    assert r.injected and t.metadata["stopped_by"] == "api_error" and t.metadata["llm_error"]["error_type"] == kind
+    assert len(t.steps) == 1 and t.metadata["usage"]["calls"] == 1  # the run so far is kept
+    assert r.learned.judgment.failure_class == "extrinsic" and r.learned.stored == []
+    assert len(store) == 2 and counters(store, ["mem-sum", "mem-region"]) == before
+    outcome = [e for e in store.events(kind="loop.outcome")][-1]["detail"]
+    assert (outcome["attributed"], outcome["failure_class"]) == (False, "extrinsic")
+
+
+def test_a_timeout_is_extrinsic(store):
+    with scripted_anthropic([error_reply(200, "unused", delay_s=2.0)]) as fake:
+        agent = ClaudeAgent(tools=[sum_column], client=fake.client(timeout=0.3))
+        r = run_with_memory(TASK, agent, store, judge=failed)
+    assert r.trajectory.metadata["llm_error"]["kind"] == "extrinsic" and "timed out" in r.trajectory.metadata["agent_error"]
+    assert r.learned.judgment.failure_class == "extrinsic" and counters(store, ["mem-sum"]) == [(0, 0, 0)]
+
+
+def test_a_fatal_error_is_raised_and_a_harness_miss_is_never_swallowed(store):
+    with scripted_anthropic([error_reply(401, "authentication_error", "invalid x-api-key")]) as fake:
+        with pytest.raises(LLMError, match="fatal failure calling"):
+            ClaudeAgent(client=fake.client())(TASK)
+    with pytest.raises(ScriptExhausted, match="request #2 came past the end"):
+        with scripted_anthropic([tool_use_reply(("sum_column", {"column": "sales"}))]) as fake:
+            run_with_memory(TASK, ClaudeAgent(tools=[sum_column], client=fake.client()), store)
+    assert len(store) == 2
+
+
+# ---- both modes through run_with_memory -----------------------------------------------------------------
+
+def test_inject_mode_puts_the_framed_block_in_the_system_prompt(store):
+    script = [tool_use_reply(("sum_column", {"column": "sales"})), text_reply("The total is 1200.")]
+    with scripted_anthropic(script) as fake:
+        r = run_with_memory(TASK, ClaudeAgent(tools=[sum_column], system="You analyse tables.", client=fake.client()),
+                            store, judge=ok, extractor=no_lessons)
+    system = fake.requests[0]["body"]["system"]
+    assert system.startswith("You analyse tables.\n\n") and r.memory_block and system.endswith(r.memory_block)
+    assert "<procmem-memories nonce=" in system and "not instructions" in system
+    ids = [m.id for m in r.injected]
+    assert ids and r.trajectory.metadata["injected_ids"] == ids and r.recalled == []
+    assert counters(store, ids) == [(1, 1, 0)] * len(ids)
+
+
+def test_tool_mode_recalls_through_the_tool_and_the_loop_attributes_it(store):
+    recall = ("recall_memory", {"query": "sum the rows of a sales table"})
+    script = [tool_use_reply(recall), tool_use_reply(recall, ("sum_column", {"column": "sales"})),
+              text_reply("The total is 1200.")]
+    injected_before = store.get("mem-sum").injected_count
+    with scripted_anthropic(script) as fake:
+        r = run_with_memory(TASK, ClaudeAgent(tools=[sum_column], mode="tool", client=fake.client()),
+                            store, judge=failed, extractor=no_lessons)
+    assert r.injected == [] and r.memory_block == "" and fake.requests[0]["body"]["system"] == TOOL_MODE_SYSTEM
+    recalled = r.trajectory.metadata["recalled_ids"]
+    assert "mem-sum" in recalled and [m.id for m in r.recalled] == recalled
+    assert "mem-sum" in result_text(tool_results(fake.requests[1])[0])  # the model saw it, framed
+    # recalled twice in the run, blamed once; a memory never shown is untouched
+    assert counters(store, ["mem-sum"]) == [(1, 0, 1)]
+    assert store.get("mem-sum").injected_count == injected_before + 2  # the recall tool counts what it shows
+    shown_never = [i for i in ("mem-sum", "mem-region") if i not in recalled]
+    assert all(c == (0, 0, 0) for c in counters(store, shown_never))
+    outcome = store.events(kind="loop.outcome")[-1]
+    assert outcome["ids"] == recalled and outcome["detail"]["attributed"] is True
+
+
+def test_tool_mode_agent_reads_the_loops_store_not_the_one_it_was_built_with(store):
+    other = MemoryStore()
+    agent = ClaudeAgent(mode="tool", store=other, tools=[sum_column])
+    script = [tool_use_reply(("recall_memory", {"query": "sum the rows of a sales table"})), text_reply("1200")]
+    with scripted_anthropic(script) as fake:
+        agent._client = fake.client()
+        r = run_with_memory(TASK, agent, store, judge=ok, extractor=no_lessons)
+    assert "mem-sum" in r.trajectory.metadata["recalled_ids"] and agent.store is other
+    assert counters(store, ["mem-sum"])[0][1] == 1
+
+
+def test_agents_without_recalled_ids_behave_as_before(store):
+    def plain(task, block):
+        return dict(task=task, answer="1200", steps=[dict(action="sum_column('sales')", observation="total: 1200")])
+    r = run_with_memory(TASK, plain, store, judge=ok, extractor=no_lessons)
+    assert r.injected and r.recalled == [] and counters(store, [m.id for m in r.injected]) == [(1, 1, 0)] * len(r.injected)
+
+
+# ---- the A/B harness compares the modes ------------------------------------------------------------------
+
+def test_ab_test_compares_inject_and_tool_modes(store):
+    tasks = [dict(task=TASK, id="sum", truth=lambda tr: "1200" in (tr.answer or ""))]
+    recall = ("recall_memory", {"query": "sum the rows of a sales table"})
+    script = [tool_use_reply(("sum_column", {"column": "sales"})), text_reply("The total is 1200."),  # inject: solves it
+              tool_use_reply(recall), tool_use_reply(("sum_column", {"column": "total"})), text_reply("I could not.")]  # tool
+    factory_calls = []
+
+    def factory():
+        s = MemoryStore()
+        s.add_many(list(store))
+        factory_calls.append(s)
+        return s
+    with scripted_anthropic(script) as fake:
+        arms = [dict(name="inject", agent=ClaudeAgent(tools=[sum_column], client=fake.client())),
+                dict(name="tool", agent=ClaudeAgent(tools=[sum_column], mode="tool", client=fake.client()))]
+        df = ab_test(tasks, None, factory, arms=arms, exclude_self=False)
+    assert list(df.arm) == ["inject", "tool"] and list(df.success) == [True, False]
+    assert df.loc[0, "injected_ids"] and df.loc[0, "recalled_ids"] == []
+    assert df.loc[1, "injected_ids"] == [] and "mem-sum" in df.loc[1, "recalled_ids"]
+    assert list(df.steps) == [1, 2] and list(df.tokens) == [240, 360]
+    summary = summarize_ab(df, baseline="inject", n_boot=200)
+    assert set(summary.arm) == {"inject", "tool"}
+    assert len(factory_calls) == 2  # each arm on its own copy of the store
