@@ -202,13 +202,8 @@ WRITERS = {"record": _w_record, "record_title": _w_record_title, "memory_add": _
 MAX_THROUGH = 0.05  # share of the dataset's injections an entry may let through (the scanner's measured limit)
 
 
-SESSION_TRUST = pytest.mark.xfail(strict=True, reason="REQUESTS10: reliability -> sharing: Session trusts agent "
-                                  "learnings ('trusted' default): 8/80 dataset injections stored vs <=2 via record")
-
-
 @needs_data
-@pytest.mark.parametrize("entry", [e if e != "session_reflect" else pytest.param(e, marks=SESSION_TRUST)
-                                   for e in sorted(WRITERS)])
+@pytest.mark.parametrize("entry", sorted(WRITERS))
 def test_dataset_injections_do_not_get_through(entry, tmp_path):
     """Each injection is written through the entry point into a fresh bank; what is held back is
     never seen by recall or injection, and at most MAX_THROUGH of them are stored active."""
