@@ -245,6 +245,31 @@ def test_a_write_by_another_process_is_seen_by_the_next_recall(tmp_path):
     ft.test_eq((new in before, new in after, new in listed), (False, True, True))
 
 
+def test_concurrent_calls_to_one_server_lose_nothing(tmp_path):
+    "A client may send calls without waiting; the SDK runs them on worker threads over one store."
+    db = tmp_path / "m.db"
+    topics = ["invoice", "calendar", "spreadsheet", "backup", "printer", "firewall", "compiler", "router"]
+
+    def memory(t):
+        return dict(title=f"Check the {t} settings before a {t} change",
+                    description=f"Use when a task changes the {t} configuration",
+                    content=f"1. Open the {t} settings.\n2. Note the current {t} values.\n"
+                    f"3. Change one {t} value at a time and verify it.", domain="general")
+
+    async def steps(c):
+        recs = await asyncio.gather(*[_call(c, "record", **memory(t)) for t in topics])
+        finds = await asyncio.gather(*[_call(c, "recall", query=f"change the {t} configuration")
+                                       for t in topics])
+        return recs, finds
+
+    recs, finds = run(_session(_params("--store", str(db)), steps))
+    ids = [_ids(_text(r))[0] for r in recs]
+    ft.test_eq([_text(r).startswith("stored as") for r in recs], [True] * len(topics))
+    ft.test_eq([i in _text(f) for i, f in zip(ids, finds)], [True] * len(topics))
+    with MemoryStore(db) as s:
+        ft.test_eq(sorted(m.id for m in s), sorted(ids))
+
+
 # --- errors -----------------------------------------------------------------------------------
 
 
