@@ -109,7 +109,7 @@ def _check_name(path: str, name: str, is_file: bool) -> str:
         raise MemoryPathError(path, f"{what} {stem!r} is a device name on some systems")
     return stem
 
-# %% ../nbs/19a_memory_tool.ipynb #f2efd60b
+
 def parse_memory_path(path: str) -> tuple[str | None, str | None]:  # a path the model sent
     """(directory, file name without `.md`) of a memory path, None for what it does not name:
     (None, None) is `/memories`. Raises `MemoryPathError` for anything else."""
@@ -287,7 +287,7 @@ def _bound_store(store, namespace):
 def _new_uuid() -> str:
     return str(uuid.uuid4())
 
-# %% ../nbs/19a_memory_tool.ipynb #cd5b7f45
+# %% ../nbs/19a_memory_tool.ipynb #e6228e19
 class ProcmemMemoryTool(BetaAbstractMemoryTool):
     "Claude's memory tool backed by a procmem bank: one markdown file per active memory."
 
@@ -312,6 +312,7 @@ class ProcmemMemoryTool(BetaAbstractMemoryTool):
         self.new_id = new_id or _new_uuid
         self.viewed_ids, self.written_ids = [], []  # memories shown / written so far, in order
         self._cache, self._seq = (None, None), 0  # (store state, tree) of the last call; last event
+        self._sizes = {}  # id -> file size, for the tree in the cache
 
     def __repr__(self):
         ns = getattr(self.store, "namespace", None)
@@ -351,7 +352,7 @@ class ProcmemMemoryTool(BetaAbstractMemoryTool):
     def clear_all_memory(self):
         raise ToolError("procmem never clears a memory bank from the memory tool")
 
-# %% ../nbs/19a_memory_tool.ipynb #92c874f1
+# %% ../nbs/19a_memory_tool.ipynb #57baaae7
 def _build_tree(items, domain) -> dict:
     "{directory: {file name: item}} of `items` (only `domain`'s, unless None)."
     tree = {}
@@ -374,6 +375,7 @@ def _tree(self: ProcmemMemoryTool) -> dict:
     key = (self.store.rev, self._seq)
     if self._cache[0] != key:
         self._cache = (key, _build_tree(self.store.items(), self.domain))
+        self._sizes = {}
     return self._cache[1]
 
 
@@ -398,7 +400,7 @@ def _path_of(self: ProcmemMemoryTool, id: str) -> str | None:
                 return f"{_ROOT}/{d}/{f}.md"
     return None
 
-# %% ../nbs/19a_memory_tool.ipynb #ea14e195
+# %% ../nbs/19a_memory_tool.ipynb #1d97f33b
 def _size(n: int) -> str:
     "A size as the SDK's memory tool shows it: 680B, 1.5K, 2M."
     for unit, k in (("M", 1 << 20), ("K", 1 << 10)):
@@ -408,16 +410,24 @@ def _size(n: int) -> str:
     return f"{n}B"
 
 
-def _listing_rows(tree: dict, d, budget: int) -> tuple[list, int, int]:
-    "([(size, path)], total size, files not listed) of a directory view."
+def _listing_rows(tree: dict, d, budget: int, size) -> tuple[list, int, int]:
+    "([(size, path)], total size, files not listed) of a directory view; `size(item)` in bytes."
     rows, total, left = [], 0, budget
     for name in [d] if d else sorted(tree):
-        sizes = {f: len(memory_markdown(m).encode()) for f, m in sorted(tree[name].items())}
+        sizes = {f: size(m) for f, m in sorted(tree[name].items())}
         total += sum(sizes.values())
         rows += [] if d else [(sum(sizes.values()), f"{_ROOT}/{name}/")]
         rows += [(s, f"{_ROOT}/{name}/{f}.md") for f, s in list(sizes.items())[: max(left, 0)]]
         left -= len(sizes)
     return rows, total, max(-left, 0)
+
+
+@patch
+def _size_of(self: ProcmemMemoryTool, m: MemoryItem) -> int:
+    "The size of `m`'s file in bytes (kept while the tree is)."
+    if m.id not in self._sizes:
+        self._sizes[m.id] = len(memory_markdown(m).encode())
+    return self._sizes[m.id]
 
 
 @patch
@@ -427,7 +437,7 @@ def _listing(self: ProcmemMemoryTool, d) -> str:
     if d is not None and d not in tree:
         raise ToolError(f"The path {_ROOT}/{d} does not exist. Please provide a valid path.")
     top = _ROOT if d is None else f"{_ROOT}/{d}"
-    rows, total, hidden = _listing_rows(tree, d, self.max_listed)
+    rows, total, hidden = _listing_rows(tree, d, self.max_listed, self._size_of)
     head = (
         f"Here're the files and directories up to 2 levels deep in {top}, excluding hidden items:"
     )

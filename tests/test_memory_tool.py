@@ -106,7 +106,9 @@ def traversal_paths(draw):
     parts = draw(st.lists(st.one_of(NAMES, st.sampled_from(BAD_TOKENS)), min_size=0, max_size=3))
     parts.insert(draw(st.integers(0, len(parts))), draw(st.sampled_from(BAD_TOKENS)))
     tail = draw(st.sampled_from(["", ".md", "/", "/x.md", ".md/"]))
-    return draw(st.sampled_from(PREFIXES)) + "/".join(parts) + tail
+    prefix = draw(st.sampled_from(PREFIXES))
+    glue = "/" if prefix and not prefix.endswith("/") else ""  # a token stays a whole segment
+    return prefix + glue + "/".join(parts) + tail
 
 
 GRAMMAR = re.compile(r"/memories(/|/[A-Za-z0-9][A-Za-z0-9_-]{0,63}/?"
