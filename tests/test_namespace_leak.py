@@ -1,0 +1,335 @@
+"""Tenants are a PARTITION (issue 10): one store file holds several namespaces, drawn at random
+(seeded: PROCMEM_LEAK_SEED) with identical, overlapping and unique texts built from the WebArena
+tasks of the shared data (written by others; a bank built from the bootstrap pack when absent).
+Through every entry point — store.search, retrieve_memories (and its question-form fallback),
+run_with_memory's block, the tools' recall, the memory tool's view, MCP recall/list/show (a real
+subprocess), the CLI's --namespace list/search/show/export, skills export, to_df/events_df —
+nothing of another namespace ever appears, and a write by id into another namespace is refused with
+the store unchanged."""
+import asyncio, contextlib, dataclasses, importlib, io, json, os, random, re, sqlite3, string, sys
+from pathlib import Path
+
+import fastcore.test as ft
+import pytest
+
+from procmem.core import MemoryItem
+from procmem.store import MemoryStore
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = ROOT.parent / "shared" / "data" / "webarena" / "tasks_dev.json"
+SEED = int(os.environ.get("PROCMEM_LEAK_SEED", "20261124"))
+N_NS = 4  # random namespaces besides the default one
+STEPS = "1. Open the {site} page for the request\n2. Search for {what} with the filter box\n" \
+        "3. Read the matching rows and count them\n4. Check the total against the summary view"
+
+
+def _need(module: str):
+    "The module, or a skip naming it while its owner has not landed it yet."
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        pytest.skip(f"{module} not available yet: {e}")
+
+
+def _ns_names(rng: random.Random, n: int) -> list[str]:
+    "n distinct random tenant names in the documented rule's alphabet (letters, digits, '-', '_')."
+    from procmem.core import DEFAULT_NAMESPACE
+    out = []
+    while len(out) < n:
+        head = rng.choice(string.ascii_lowercase)
+        tail = "".join(rng.choices(string.ascii_lowercase + string.digits + "-_", k=rng.randrange(0, 12)))
+        name = (head + tail).rstrip("-_")
+        if name not in out and name != DEFAULT_NAMESPACE:
+            out.append(name)
+    # a prefix of another tenant's name and a case variant: a LIKE/prefix/casefold filter leaks here
+    out[1] = out[0] + "x" if len(out[0]) < 12 else out[0][:-1]
+    return out
+
+
+def _templates() -> list[tuple[str, str, list[str]]]:
+    "(template, site, instances) from the WebArena tasks, or from the bootstrap pack without them."
+    if TASKS.exists():
+        by = {}
+        for t in json.loads(TASKS.read_text()):
+            by.setdefault(t["intent_template"], (t["sites"][0], []))[1].append(t["intent"])
+        return [(k, s, v) for k, (s, v) in sorted(by.items()) if len(v) >= 2]
+    from procmem.bootstrap import bootstrap_general_strategies
+    return [(m.title, "ontology", [m.description, m.title + " quickly"]) for m in bootstrap_general_strategies()]
+
+
+def _item(title: str, desc: str, site: str, what: str, ns: str, **kw) -> MemoryItem:
+    return MemoryItem(title, desc, STEPS.format(site=site, what=what), tags=[site], namespace=ns, **kw)
+
+
+@pytest.fixture(scope="module")
+def bank(tmp_path_factory):
+    """A store with the default namespace and N_NS random ones: the same items in every namespace
+    (identical texts), the same template with another instance (overlapping), and unique items."""
+    from procmem.core import DEFAULT_NAMESPACE
+    rng = random.Random(SEED)
+    names = [DEFAULT_NAMESPACE] + _ns_names(rng, N_NS)
+    tmpl = _templates()
+    rng.shuffle(tmpl)
+    shared, rest = tmpl[:4], tmpl[4:]
+    path = tmp_path_factory.mktemp("leak") / "bank.db"
+    ids = {ns: set() for ns in names}
+    texts = {ns: [] for ns in names}  # the unique titles of each namespace
+    for j, ns in enumerate(names):
+        s = MemoryStore(path, namespace=ns)
+        for t, site, inst in shared:  # identical in every namespace
+            ids[ns].add(s.add(_item(t, inst[0], site, "the records", ns)).id)
+        for t, site, inst in shared[:2]:  # overlapping: another instance of the same template
+            ids[ns].add(s.add(_item(t + f" ({inst[1][:40]})", inst[1], site, "the rows", ns)).id)
+        for t, site, inst in rest[j * 5:(j + 1) * 5]:  # unique to this namespace
+            it = s.add(_item(t, inst[0], site, f"the {ns} entries", ns))
+            ids[ns].add(it.id)
+            texts[ns].append(it.title)
+        s.close()
+    queries = [t for t, _, inst in tmpl[: 4 + 5 * len(names)]] + [inst[0] for _, _, inst in tmpl[:12]]
+    return dict(path=path, names=names, ids=ids, titles=texts, queries=queries, shared=shared)
+
+
+def _rows(path) -> list[tuple]:
+    "Every memory row as stored (id, rev, status, data): a write refused must leave these as they were."
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as c:
+        return c.execute("SELECT id, rev, status, data FROM memories ORDER BY id").fetchall()
+
+
+def _others(bank, ns) -> set:
+    return set().union(*(v for k, v in bank["ids"].items() if k != ns))
+
+
+def _foreign_titles(bank, ns) -> list:
+    return [t for k, v in bank["titles"].items() if k != ns for t in v]
+
+
+def test_bank_is_a_partition(bank):
+    "The fixture itself: every namespace holds its own copy of the identical items (dedup never crosses)."
+    all_ids = [i for v in bank["ids"].values() for i in v]
+    ft.test_eq(len(all_ids), len(set(all_ids)))
+    for ns in bank["names"]:
+        s = MemoryStore(bank["path"], namespace=ns)
+        ft.test_eq(s.namespace, ns)
+        ft.test_eq({m.id for m in s.items()}, bank["ids"][ns])
+        ft.test_eq(len(s), len(bank["ids"][ns]))
+        ft.test_eq(s.count(), len(bank["ids"][ns]))
+        assert all(m.namespace == ns for m in s.items())
+        s.close()
+    s = MemoryStore(bank["path"])
+    ft.test_eq(s.namespaces(), {ns: len(v) for ns, v in bank["ids"].items()})
+
+
+def test_search_and_get_never_cross(bank):
+    for ns in bank["names"]:
+        s = MemoryStore(bank["path"], namespace=ns)
+        for q in bank["queries"]:
+            for k in (1, 5, 50):
+                hits = s.search(q, k=k)
+                got = {m.id for m, _ in hits}
+                assert got <= bank["ids"][ns], (ns, q, got - bank["ids"][ns])
+                assert all(m.namespace == ns for m, _ in hits)
+        for t in bank["titles"][ns]:  # its own unique items are found (the partition is not empty)
+            assert any(m.title == t for m, _ in s.search(t, k=3)), (ns, t)
+        for oid in sorted(_others(bank, ns))[:10]:
+            with pytest.raises(KeyError):  # MemoryNotFoundError is a KeyError/StoreError
+                s.get(oid)
+        s.close()
+
+
+def test_top_k_is_filtered_before_ranking(bank, tmp_path):
+    """Rank-safety: 40 strong matches in another namespace and one weak match here; k=1 here must
+    return the weak match (a post-filter of a global top-k returns nothing)."""
+    path = tmp_path / "rank.db"
+    loud = MemoryStore(path, namespace="loud")
+    for i in range(40):
+        loud.add(MemoryItem(f"Export the quarterly invoice ledger {i}", "Export invoices from the ledger page.",
+                            f"1. Open the invoice ledger\n2. Export quarterly invoices as CSV batch {i}",
+                            tags=["invoice", "ledger"]))
+    quiet = MemoryStore(path, namespace="quiet")
+    mine = quiet.add(MemoryItem("Reconcile a bank statement", "Match statement lines with the invoice list.",
+                                "1. Download the statement\n2. Match each line to an open invoice\n3. Flag the rest"))
+    hits = quiet.search("export quarterly invoice ledger invoices", k=1)
+    ft.test_eq([m.id for m, _ in hits], [mine.id])
+    from procmem.retrieval import retrieve_memories
+    got = retrieve_memories(quiet, "Export the quarterly invoice ledger as CSV", k=3, record=False, min_relevance=0.0)
+    assert {m.id for m in got} <= {mine.id}, got
+
+
+def test_retrieve_memories_and_question_fallback(bank):
+    from procmem.retrieval import retrieve_memories
+    for ns in bank["names"]:
+        s = MemoryStore(bank["path"], namespace=ns)
+        tasks = bank["queries"] + [f"How do I {t[0].lower() + t[1:]}?" for t in _foreign_titles(bank, ns)]
+        for q in tasks:
+            for by_form in (True, False):
+                got = retrieve_memories(s, q, k=5, record=False, by_form=by_form, min_relevance=0.0)
+                assert {m.id for m in got} <= bank["ids"][ns], (ns, q)
+        s.close()
+
+
+def test_retrieval_counters_stay_in_their_namespace(bank, tmp_path):
+    "Recording a retrieval in one namespace never bumps another namespace's copy of the same text."
+    import shutil
+    p = tmp_path / "copy.db"
+    shutil.copy(bank["path"], p)
+    a, b = bank["names"][1], bank["names"][2]
+    before = {m.id: m for m in MemoryStore(p, namespace=b).items()}
+    from procmem.retrieval import retrieve_memories
+    got = retrieve_memories(MemoryStore(p, namespace=a), bank["shared"][0][0], k=3, record=True)
+    assert got
+    after = {m.id: m for m in MemoryStore(p, namespace=b).items()}
+    ft.test_eq({i: m.to_dict() for i, m in after.items()}, {i: m.to_dict() for i, m in before.items()})
+
+
+def test_run_with_memory_block_holds_only_its_namespace(bank, tmp_path):
+    import shutil
+    from procmem.loop import run_with_memory
+    from procmem.trajectory import Trajectory
+    p = tmp_path / "loop.db"
+    shutil.copy(bank["path"], p)
+    for ns in bank["names"][:3]:
+        s = MemoryStore(p, namespace=ns)
+        seen = []
+
+        def agent(task, memory_block):
+            seen.append(memory_block)
+            return Trajectory(task=task, steps=[], answer="done")
+        shown = 0
+        for q in bank["queries"][:6] + _foreign_titles(bank, ns)[:4]:
+            r = run_with_memory(q, agent, s, learn=False)
+            ids = {m.id for m in r.injected}
+            assert ids <= bank["ids"][ns], (ns, q)
+            shown += len(ids)
+        assert shown, ns  # the agent was given memories (its own)
+        block = "\n".join(seen)
+        for t in _foreign_titles(bank, ns):
+            assert t not in block, (ns, t)
+        s.close()
+
+
+def test_to_df_and_events_df(bank):
+    for ns in bank["names"]:
+        s = MemoryStore(bank["path"], namespace=ns)
+        df = s.to_df()
+        ft.test_eq(set(df["id"]), bank["ids"][ns])
+        ev = s.events_df(expand=True)
+        foreign = _others(bank, ns)
+        for ids in ev.get("ids", []):
+            assert not (set(ids if isinstance(ids, list) else [ids]) & foreign), (ns, ids)
+        for e in s.events():
+            assert not (set(e["ids"]) & foreign), (ns, e)
+        s.close()
+
+
+def test_store_export_never_crosses(bank, tmp_path):
+    for ns in bank["names"]:
+        s = MemoryStore(bank["path"], namespace=ns)
+        out = tmp_path / f"{ns}.jsonl"
+        ft.test_eq(s.export(out), len(bank["ids"][ns]))
+        got = [json.loads(line) for line in out.read_text().splitlines()]
+        ft.test_eq({d["id"] for d in got}, bank["ids"][ns])
+        s.close()
+
+
+WRITES = {
+    "update": lambda s, m: s.update(m),
+    "archive": lambda s, m: s.archive([m.id], ["leak test"]),
+    "quarantine": lambda s, m: s.quarantine([m.id], ["leak test"]),
+    "delete": lambda s, m: s.delete(m.id, reason="leak test"),
+    "modify": lambda s, m: s.modify(m.id, lambda x: x),
+}
+COUNTERS = {  # counter calls skip an unknown id (as they always did): the row must not move either
+    "record_access": lambda s, m: s.record_access([m.id]),
+    "record_outcome": lambda s, m: s.record_outcome([m.id], True),
+    "record_retrieval": lambda s, m: s.record_retrieval([m.id], [m.id]),
+    "record_injection": lambda s, m: s.record_injection([m.id]),
+}
+
+
+def _events_naming(path, id) -> list:
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as c:
+        return c.execute("SELECT seq, kind, ids FROM events WHERE ids LIKE ?", (f"%{id}%",)).fetchall()
+
+
+@pytest.mark.parametrize("op", sorted(WRITES))
+def test_write_by_id_into_another_namespace_is_refused(bank, tmp_path, op):
+    import shutil
+    from procmem.store import StoreError
+    p = tmp_path / "w.db"
+    shutil.copy(bank["path"], p)
+    a, b = bank["names"][1], bank["names"][2]
+    victim = sorted(MemoryStore(p, namespace=b).items(), key=lambda m: m.id)[0]
+    before = _rows(p)
+    sa = MemoryStore(p, namespace=a)
+    with pytest.raises((KeyError, StoreError)) as foreign:
+        WRITES[op](sa, victim)
+    ghost = dataclasses.replace(victim, id="00000000-0000-4000-8000-000000000000")
+    with pytest.raises((KeyError, StoreError)) as missing:  # no existence oracle: as for an id nobody has
+        WRITES[op](sa, ghost)
+    ft.test_eq(type(foreign.value), type(missing.value))
+    ft.test_eq(str(foreign.value).replace(victim.id, "ID"), str(missing.value).replace(ghost.id, "ID"))
+    sa.close()
+    ft.test_eq(_rows(p), before)
+
+
+@pytest.mark.parametrize("op", sorted(COUNTERS))
+def test_counters_by_id_of_another_namespace_change_nothing(bank, tmp_path, op):
+    import shutil
+    p = tmp_path / "c.db"
+    shutil.copy(bank["path"], p)
+    a, b = bank["names"][1], bank["names"][2]
+    victim = sorted(MemoryStore(p, namespace=b).items(), key=lambda m: m.id)[0]
+    sb = MemoryStore(p, namespace=b)
+    before, ev = _rows(p), sb.events()
+    sa = MemoryStore(p, namespace=a)
+    try:
+        COUNTERS[op](sa, victim)
+    except (KeyError, ValueError):
+        pass
+    sa.close()
+    ft.test_eq(_rows(p), before)
+    ft.test_eq(sb.events(), ev)  # the other tenant's history does not move either
+
+
+def test_merge_across_namespaces_is_refused(bank, tmp_path):
+    import shutil
+    from procmem.store import StoreError
+    p = tmp_path / "m.db"
+    shutil.copy(bank["path"], p)
+    a, b = bank["names"][1], bank["names"][2]
+    mine = sorted(bank["ids"][a])[0]
+    theirs = sorted(bank["ids"][b])[0]
+    before = _rows(p)
+    with pytest.raises((KeyError, StoreError)):
+        MemoryStore(p, namespace=a).merge([mine, theirs])
+    ft.test_eq(_rows(p), before)
+
+
+def test_add_with_another_namespaces_id_never_touches_it(bank, tmp_path):
+    "An add carrying a foreign id (or a foreign namespace field) cannot overwrite or re-home the other item."
+    import shutil
+    from procmem.store import StoreError
+    p = tmp_path / "a.db"
+    shutil.copy(bank["path"], p)
+    a, b = bank["names"][1], bank["names"][2]
+    victim = sorted(MemoryStore(p, namespace=b).items(), key=lambda m: m.id)[0]
+    theirs = [r for r in _rows(p) if r[0] in bank["ids"][b]]
+    sa = MemoryStore(p, namespace=a)
+    evil = MemoryItem("Overwrite by id", "An add that reuses another tenant's id.",
+                      "1. Reuse the id\n2. Hope the row is replaced\n3. Read it back elsewhere", id=victim.id)
+    try:
+        got = sa.add(evil)
+        assert got.id != victim.id and got.namespace == a
+    except (KeyError, ValueError, StoreError):
+        pass
+    ft.test_eq([r for r in _rows(p) if r[0] in bank["ids"][b]], theirs)
+    # an item that says it belongs to b, added through a's store, lands in a (or is refused)
+    other = MemoryItem("Re-home into another tenant", "An add naming another namespace.",
+                       "1. Name the other namespace\n2. Add through this one\n3. Check where it went", namespace=b)
+    try:
+        got = sa.add(other)
+        ft.test_eq(got.namespace, a)
+        assert got.id not in {m.id for m in MemoryStore(p, namespace=b).items()}
+    except (ValueError, StoreError):
+        pass
+    ft.test_eq([r for r in _rows(p) if r[0] in bank["ids"][b]], theirs)
