@@ -1558,12 +1558,12 @@ def load(cls: MemoryStore, json_path) -> MemoryStore:
     s.import_file(json_path)
     return s
 
-# %% ../nbs/02_store.ipynb #4edca96f
+# %% ../nbs/02_store.ipynb #3198b840
 def _row_problems(rows) -> list[str]:
-    """Problems with (id, fingerprint, data, status) rows: unreadable JSON or item, wrong id, stale
-    fingerprint, a status column that disagrees with the item."""
+    """Problems with (id, fingerprint, data, status, namespace) rows: unreadable JSON or item, wrong
+    id, stale fingerprint, a status or namespace column that disagrees with the item."""
     problems = []
-    for id, fp, data, status in rows:
+    for id, fp, data, status, ns in rows:
         try:
             m = _load(data)
         except (ValueError, TypeError) as e:
@@ -1575,6 +1575,8 @@ def _row_problems(rows) -> list[str]:
             problems.append(f"memory {id!r} has a stale fingerprint")
         if m.status != status:
             problems.append(f"memory {id!r} is {m.status} but its status column says {status!r}")
+        if m.namespace != ns:
+            problems.append(f"memory {id!r} says namespace {m.namespace!r}, its column {ns!r}")
     return problems
 
 
@@ -1583,7 +1585,8 @@ def _db_problems(con) -> tuple[list[str], int]:
     try:
         problems = [r[0] for r in con.execute("PRAGMA integrity_check") if r[0] != "ok"]
         status = "status" if _has_status(con) else "'active'"
-        rows = con.execute(f"SELECT id, fingerprint, data, {status} FROM memories").fetchall()
+        ns = "namespace" if _has_namespace(con) else "'default'"
+        rows = con.execute(f"SELECT id, fingerprint, data, {status}, {ns} FROM memories").fetchall()
     except sqlite3.DatabaseError as e:
         return [f"the database file is damaged: {e}"], 0
     return problems + _row_problems(rows), len(rows)
