@@ -1,4 +1,4 @@
-"""procmem.tools: recall / record / memory_action and the SDK tools, driven through the SDK's tool
+"""procmem.tools and procmem.notes: recall / record / memory_action and the SDK tools, driven through the SDK's tool
 runner against the local fake Messages server (procmem.testing.scripted_anthropic)."""
 
 import json, multiprocessing as mp, random, warnings
@@ -11,14 +11,8 @@ from procmem.core import MemoryItem
 from procmem.llm import DEFAULT_MODEL
 from procmem.store import MemoryStore, ReadOnlyWarning
 from procmem.testing import scripted_anthropic, text_reply, tool_use_reply
-from procmem.tools import (
-    NO_MATCH,
-    TARGET_BUDGETS,
-    memory_action,
-    memory_tools,
-    recall,
-    record,
-)
+from procmem.notes import TARGET_BUDGETS, memory_action
+from procmem.tools import NO_MATCH, memory_tools, recall, record
 
 ROOT = Path(__file__).resolve().parents[1]
 INJECTION = ROOT.parent / "shared" / "data" / "injection" / "benchmark_dev.jsonl"
