@@ -142,7 +142,7 @@ def test_traversal_is_refused_by_every_command_and_changes_nothing(bank, path):
     _refused(tool, bank, before, command="rename", old_path=path, new_path="/memories/web/moved.md")
     _refused(tool, bank, before, command="rename", old_path=good, new_path=path)
     assert tool.call(dict(command="view", path=good)).startswith("Here's the content of /memories/web/login.md")
-    assert tool.written_ids == []
+    assert tool.recorded_ids == []
 
 
 @settings(max_examples=400, deadline=None)
@@ -253,7 +253,7 @@ def test_every_command_through_the_tool_runner():
     assert (m.status, m.domain, m.extra["memory_file"], len(m.lineage)) == ("archived", "shop", "sign-in", 2)
     assert [e["kind"] for e in store.events()][-4:] == ["edit", "edit", "rename", "archive"]
     assert {e["detail"]["by"] for e in store.events()[-4:]} == {"claude-memory-tool"}
-    assert tool.viewed_ids == ["mem-1"] and tool.written_ids == ["mem-1"] * 4
+    assert tool.recalled_ids == ["mem-1"] and tool.recorded_ids == ["mem-1"]
 
 
 def test_traversal_through_the_tool_runner_for_every_command(tmp_path):
@@ -346,7 +346,7 @@ def test_an_active_memory_failing_the_read_check_is_withheld():
     path = f"/memories/web/{_file_stem(store.get('planted'))}.md"
     with pytest.raises(ToolError, match="is withheld"):
         tool.call(dict(command="view", path=path))
-    assert tool.viewed_ids == []
+    assert tool.recalled_ids == []
 
 
 # ---------------------------------------------------------------- namespaces, domain binding, conflicts
@@ -425,3 +425,25 @@ def test_listing_is_bounded_and_bad_commands_are_errors():
             tool.call(bad)
     with pytest.raises(ToolError, match="never clears"):
         tool.clear_all_memory()
+
+
+def test_a_directory_rename_moves_all_or_nothing(tmp_path):
+    store = MemoryStore(tmp_path / "d.db")
+    tool = ProcmemMemoryTool(store, new_id=_ids())
+    tool.call(dict(command="create", path="/memories/a/login.md", file_text=LOGIN))
+    other = LOGIN.replace("Log in before checking out", "Compare prices across sellers").replace(
+        "login, checkout", "prices")
+    other = other.replace("1. Open the account menu and choose sign in.", "1. List every seller offer and its shipping.")
+    assert tool.call(dict(command="create", path="/memories/a/prices.md", file_text=other)).startswith("File created")
+    twin = MemoryItem.from_dict({**store.get("mem-2").to_dict(), "id": "twin", "domain": "b"})
+    store.add(twin)
+    store.archive("twin", "kept for the test", by="test")  # /memories/b does not show, but holds its text
+    before = dump(store)
+    with pytest.raises(ToolError, match="already has this title and content"):
+        tool.call(dict(command="rename", old_path="/memories/a", new_path="/memories/b"))
+    assert dump(store) == before
+    assert tool.call(dict(command="rename", old_path="/memories/a", new_path="/memories/c")) == \
+        "Successfully renamed /memories/a to /memories/c"
+    assert [(m.id, m.domain, m.extra["memory_file"]) for m in store.items()] == \
+        [("mem-1", "c", "login"), ("mem-2", "c", "prices")]
+    assert [e["kind"] for e in store.events()][-2:] == ["rename", "rename"]
