@@ -77,6 +77,17 @@ def test_recall_memory_through_runner(tmp_path):
     ft.test_eq((m.access_count, m.injected_count), (1, 1))
 
 
+def test_exclude_ids_never_shown(tmp_path):
+    store = _store(tmp_path)
+    kit = memory_tools(store, exclude_ids=["mem-pytest"])
+    [r] = _run(kit, [("recall_memory", {"query": "pytest reports a failing test in my Python project"})])
+    ft.test_eq((r["content"], kit.recalled_ids), (NO_MATCH, []))
+    kit.exclude_ids = frozenset()
+    [r] = _run(kit, [("recall_memory", {"query": "pytest reports a failing test in my Python project"})])
+    ft.test_eq(kit.recalled_ids, ["mem-pytest"])
+    ft.test_fail(lambda: memory_tools(store, exclude_ids="mem-pytest"), contains="not one string")
+
+
 def test_recall_budget_and_order(tmp_path):
     store = _store(tmp_path)
     for i in range(6):
