@@ -17,7 +17,7 @@ from .llm import DEFAULT_MODEL, AnthropicLLM, anthropic
 __all__ = ['DUMMY_API_KEY', 'RECORD_ENV', 'HANDWRITTEN_NOTE', 'MISSING_RECORDING_ERROR', 'SCRIPT_EXHAUSTED_ERROR',
            'keyed_request', 'request_key', 'recording_path', 'write_recording', 'write_replies', 'list_recordings',
            'MissingRecording', 'ScriptExhausted', 'FakeAnthropic', 'fake_anthropic', 'usage_body', 'text_reply',
-           'tool_use_reply', 'error_reply', 'scripted_anthropic']
+           'tool_use_reply', 'error_reply', 'scripted_anthropic', 'write_script', 'read_script']
 
 # %% ../nbs/14_testing.ipynb #1f74c568
 DUMMY_API_KEY = "test-dummy-key"  # the key tests give the SDK; record mode refuses it
@@ -136,7 +136,7 @@ def write_replies(
     rec["replies"] = reps
     return _save(recording_path(recordings_dir, key), rec)
 
-# %% ../nbs/14_testing.ipynb #950f9aea
+# %% ../nbs/14_testing.ipynb #9ca819c8
 def _reply_summary(reply: Mapping) -> str:
     """A reply in a few words: its status and, for a message, its stop reason; for an error, its
     type."""
@@ -147,17 +147,18 @@ def _reply_summary(reply: Mapping) -> str:
 
 
 def list_recordings(recordings_dir) -> list[dict]:
-    """One row per recording file in `recordings_dir` and its subfolders, sorted: file,
-    hand_written, model, replies, keep."""
+    """One row per recording (or script, see `write_script`) in `recordings_dir` and its subfolders,
+    sorted: file, hand_written, model, replies, keep."""
     root, rows = Path(recordings_dir), []
     for f in sorted(root.rglob("*.json")):
         rec = json.loads(f.read_text(encoding="utf-8"))
         replies = rec.get("replies") or [rec]
+        first = (replies[0].get("body") or {}) if rec.get("script") and replies else {}
         rows.append(
             dict(
                 file=f.relative_to(root).as_posix(),
                 hand_written=rec.get("hand_written"),
-                model=rec["request"].get("model"),
+                model=first.get("model") if rec.get("script") else rec["request"].get("model"),
                 replies=" then ".join(map(_reply_summary, replies)),
                 keep=rec.get("keep"),
             )
@@ -697,3 +698,24 @@ def scripted_anthropic(
     raise `ScriptExhausted` on exit if a request came past the end."""
     with _serving(FakeAnthropic(None, script=replies), set_env) as fake:
         yield fake
+
+# %% ../nbs/14_testing.ipynb #cd73bb41
+def write_script(
+    path,  # the file to write (its folder is made)
+    replies: list,  # the scripted replies (text_reply, tool_use_reply, error_reply, ...)
+    note: str = HANDWRITTEN_NOTE,  # where the replies came from
+    hand_written: bool = True,  # False only for replies a real model gave
+    **fields,  # more fields to keep with the script (e.g. task=...)
+) -> Path:
+    "Save a script of replies for `scripted_anthropic`; return its path."
+    rec = dict(script=True, hand_written=hand_written, note=note, **fields)
+    rec["replies"] = _as_script(replies)
+    return _save(Path(path), rec)
+
+
+def read_script(path) -> list:
+    "The replies of a script file written by `write_script`, for `scripted_anthropic`."
+    rec = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(rec, dict) or rec.get("script") is not True or "replies" not in rec:
+        raise ValueError(f"{path}: not a script file (write one with procmem.testing.write_script)")
+    return _as_script(rec["replies"])

@@ -347,3 +347,22 @@ def test_ab_test_compares_inject_and_tool_modes(store):
     summary = summarize_ab(df, baseline="inject", n_boot=200)
     assert set(summary.arm) == {"inject", "tool"}
     assert len(factory_calls) == 2  # each arm on its own copy of the store
+
+
+# ---- the example's scripts -------------------------------------------------------------------------------
+
+SCRIPT_FILES = sorted((ROOT / "tests" / "fixtures" / "llm" / "agent").glob("*.json"))
+
+
+@pytest.mark.parametrize("f", SCRIPT_FILES, ids=[f.name for f in SCRIPT_FILES])
+def test_every_script_is_hand_written_and_in_the_api_format(f):
+    import json
+    from anthropic.types.beta import BetaMessage
+    from procmem.testing import HANDWRITTEN_NOTE, read_script, _with_ids
+    rec = json.loads(f.read_text(encoding="utf-8"))
+    assert rec["script"] is True and rec["hand_written"] is True and rec["note"] == HANDWRITTEN_NOTE
+    assert isinstance(rec["task"], str) and rec["task"]
+    for n, reply in enumerate(read_script(f)):
+        msg = BetaMessage.model_validate(_with_ids(reply["body"], n))  # exactly what the API returns
+        assert reply["status"] == 200 and msg.usage.input_tokens > 0 and msg.model in PRICES
+    assert len(SCRIPT_FILES) >= 3
