@@ -10,19 +10,20 @@
 - Poisoned create / str_replace with the shared prompt-injection texts are refused and never
   viewable; a tool bound to one namespace never lists, reads or edits another's memories.
 """
-import hashlib, itertools, json, re, sqlite3
+import asyncio, hashlib, itertools, json, re, sqlite3
 from pathlib import Path
 
 import pytest
 import fastcore.test as ft
 from hypothesis import HealthCheck, given, settings, strategies as st
+import anthropic
 from anthropic.lib.tools import ToolError
 
 from procmem.core import MemoryItem
 from procmem.store import MemoryStore
 from procmem.bootstrap import bootstrap_general_strategies
 from procmem.memory_tool import (
-    ProcmemMemoryTool, MemoryPathError, parse_memory_path, memory_markdown, parse_memory_markdown,
+    ProcmemMemoryTool, AsyncProcmemMemoryTool, MemoryPathError, parse_memory_path, memory_markdown, parse_memory_markdown,
     _file_stem, _edit_step,
 )
 from procmem.testing import scripted_anthropic, tool_use_reply, text_reply
@@ -320,17 +321,19 @@ def test_poisoned_create_is_refused_and_never_viewable():
     assert all(m.status == "quarantined" for m in store.items(None) if m.id != "mem-1")
 
 
-def test_poisoned_str_replace_leaves_the_memory_untouched():
+def test_poisoned_str_replace_and_insert_leave_the_memory_untouched():
     texts = _injections(30)[::3]
     store = MemoryStore(None)
     tool = ProcmemMemoryTool(store, new_id=_ids())
     p = "/memories/web/login.md"
     tool.call(dict(command="create", path=p, file_text=LOGIN))
     old = store.get("mem-1")
-    calls = [[dict(command="str_replace", path=p, old_str="3. Submit", new_str=" ".join(t.split()) + "\n3. Submit")]
+    calls = [[dict(command="str_replace", path=p, old_str="3. Submit", new_str=" ".join(t.split()) + "\n3. Submit"),
+              dict(command="insert", path=p, insert_line=9, insert_text="4. " + " ".join(t.split()))]
              for t in texts]
     results, _ = _run(tool, calls)
-    assert all(r[0]["is_error"] and r[0]["content"].startswith("No change was made") for r in results)
+    assert all(b["is_error"] and b["content"].startswith("No change was made") for r in results for b in r), \
+        [b["content"][:80] for r in results for b in r if not b.get("is_error")]
     assert store.get("mem-1") == old
     shown = _visible(tool)
     assert not any(_contains(shown, t) for t in texts)
@@ -447,3 +450,29 @@ def test_a_directory_rename_moves_all_or_nothing(tmp_path):
     assert [(m.id, m.domain, m.extra["memory_file"]) for m in store.items()] == \
         [("mem-1", "c", "login"), ("mem-2", "c", "prices")]
     assert [e["kind"] for e in store.events()][-2:] == ["rename", "rename"]
+
+
+def test_the_async_tool_through_the_async_tool_runner(tmp_path):
+    store = MemoryStore(tmp_path / "a.db")
+    tool = AsyncProcmemMemoryTool(store, new_id=_ids())
+    p = "/memories/web/login.md"
+    script = [tool_use_reply(("memory", dict(command="create", path=p, file_text=LOGIN)),
+                             ("memory", dict(command="view", path="/memories/web/%2e%2e/x.md"))),
+              tool_use_reply(("memory", dict(command="view", path=p, view_range=[1, 1]))),
+              text_reply("ok")]
+
+    async def run():
+        client = anthropic.AsyncAnthropic(max_retries=0)
+        runner = client.beta.messages.tool_runner(model=DEFAULT_MODEL, max_tokens=256, tools=[tool],
+                                                  messages=[{"role": "user", "content": "go"}])
+        return [m async for m in runner][-1]
+
+    with scripted_anthropic(script) as fake:
+        final = asyncio.run(run())
+    assert final.content[0].text == "ok"
+    first, second = (r["body"]["messages"][-1]["content"] for r in fake.requests[1:])
+    assert [b.get("is_error", False) for b in first] == [False, True]
+    assert first[1]["content"].startswith("Refused path")
+    assert second[0]["content"].endswith("     1\t# Log in before checking out")
+    assert tool.recalled_ids == ["mem-1"] == tool.recorded_ids
+    assert store.get("mem-1").extra["memory_file"] == "login"
