@@ -240,8 +240,8 @@ def record(
         )
     return RecordResult(gate.action, _answer(gate), stored, gate)
 
-# %% ../nbs/19_tools.ipynb #f068cdba
-TOOL_NAMES = ("recall_memory", "record_memory", "memory")  # the tools memory_tools can make
+# %% ../nbs/19_tools.ipynb #0e6c9c51
+TOOL_NAMES = ("recall_memory", "record_memory", "manage_memory")  # the tools memory_tools can make
 _RECALL_DOC = (
     "Search your procedural memory: strategies and pitfalls learned on earlier tasks. Call it "
     "when you start a task or get stuck. Returns up to {k} memories with their ids and relevance, "
@@ -387,9 +387,9 @@ def _record_tool(kit: MemoryToolkit):
 
     return _MemoryFunctionTool(record_memory, description=_RECORD_DOC)
 
-# %% ../nbs/19_tools.ipynb #e6912e60
+# %% ../nbs/19_tools.ipynb #e5b8b6be
 def _memory_tool(kit: MemoryToolkit):
-    def memory(
+    def manage_memory(
         action: Literal["add", "replace", "remove"],
         target: Literal["memory", "user"] = "memory",
         content: Optional[str] = None,
@@ -408,11 +408,11 @@ def _memory_tool(kit: MemoryToolkit):
             reason: why an entry is removed
         """
         args = (action, target, content, old_text, id, reason, kit.by, kit.trust, None)
-        text, written = _tool_call("memory", _notes()._memory_action, kit.store, *args)
+        text, written = _tool_call("manage_memory", _notes()._memory_action, kit.store, *args)
         kit._note([written] if written else [], kit.recorded_ids)
         return text
 
-    return _MemoryFunctionTool(memory, description=_MEMORY_DOC.format(**_notes().TARGET_BUDGETS))
+    return _MemoryFunctionTool(manage_memory, description=_MEMORY_DOC.format(**_notes().TARGET_BUDGETS))
 
 
 def _notes():
@@ -421,8 +421,8 @@ def _notes():
 
     return notes
 
-# %% ../nbs/19_tools.ipynb #d6c6824f
-_MAKERS = dict(recall_memory=_recall_tool, record_memory=_record_tool, memory=_memory_tool)
+# %% ../nbs/19_tools.ipynb #94482eab
+_MAKERS = dict(recall_memory=_recall_tool, record_memory=_record_tool, manage_memory=_memory_tool)
 
 
 def _check_allow(allow) -> list[str]:
@@ -444,7 +444,7 @@ def _bound(store, namespace) -> MemoryStore:
         return store
     return store.in_namespace(namespace)
 
-# %% ../nbs/19_tools.ipynb #58f3058f
+# %% ../nbs/19_tools.ipynb #e1f08812
 def memory_tools(
     store: MemoryStore,  # the bank
     domain: str | None = None,  # the default domain of recall and record (None: all / "general")
@@ -456,7 +456,7 @@ def memory_tools(
     allow=TOOL_NAMES,  # which tools to make
     exclude_ids=(),  # memory ids recall_memory never shows (e.g. learned from this very task)
 ) -> MemoryToolkit:
-    """SDK tools (`recall_memory`, `record_memory`, `memory`) over the bank, for
+    """SDK tools (`recall_memory`, `record_memory`, `manage_memory`) over the bank, for
     `client.beta.messages.tool_runner`; the toolkit keeps the ids shown and stored."""
     names, store = _check_allow(allow), _bound(store, namespace)
     _check_recall_args("check", k, max_chars, 0)
