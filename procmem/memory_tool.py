@@ -158,7 +158,7 @@ def _file_stem(item: MemoryItem) -> str:
         return given
     return f"{_slug(item.title) or 'memory'}-{_short_hash(item.id)}"
 
-# %% ../nbs/19a_memory_tool.ipynb #fdd20c97
+# %% ../nbs/19a_memory_tool.ipynb #571972f4
 _KINDS = {"strategy": "success", "pitfall": "failure", "insight": "contrastive"}  # ## Kind values
 _SECTIONS = ("steps", "tags", "kind")
 _SECTION = re.compile(r"##\s+(\w+)\s*\Z")
@@ -178,7 +178,7 @@ def _shown(text: str) -> list[str]:
 
 def memory_markdown(item: MemoryItem) -> str:  # the memory to show
     "The memory file of `item`: title heading, description, steps, tags and kind, neutralised."
-    lines = [f"# {neutralize_text(item.title)}", ""]
+    lines = [f"# {neutralize_text(item.title) or '(untitled)'}", ""]
     lines += _shown(item.description) + [""] if item.description.strip() else []
     tags = ", ".join(t for t in map(neutralize_text, item.tags) if t)
     kind = KIND_LABELS.get(item.source_type, "strategy")

@@ -476,3 +476,38 @@ def test_the_async_tool_through_the_async_tool_runner(tmp_path):
     assert second[0]["content"].endswith("     1\t# Log in before checking out")
     assert tool.recalled_ids == ["mem-1"] == tool.recorded_ids
     assert store.get("mem-1").extra["memory_file"] == "login"
+
+
+EDIT_TEXT = st.lists(st.sampled_from(list("ab #,.\n1-") + ["## Tags", "## Kind", "## Steps", "# ", "\x00",
+                                                           "\u200b", "strategy", "pitfall"]),
+                     max_size=12).map("".join)
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data())
+def test_any_edit_is_all_or_nothing(data):
+    store = MemoryStore(None)
+    tool = ProcmemMemoryTool(store, new_id=_ids())
+    p = "/memories/web/login.md"
+    tool.call(dict(command="create", path=p, file_text=LOGIN))
+    old = store.get("mem-1")
+    text = memory_markdown(old)
+    if data.draw(st.booleans()):
+        a = data.draw(st.integers(0, len(text) - 1))
+        b = data.draw(st.integers(a + 1, min(len(text), a + 30)))
+        cmd = dict(command="str_replace", path=p, old_str=text[a:b], new_str=data.draw(EDIT_TEXT))
+    else:
+        cmd = dict(command="insert", path=p, insert_line=data.draw(st.integers(-1, 16)),
+                   insert_text=data.draw(EDIT_TEXT))
+    try:
+        out = tool.call(cmd)
+    except ToolError as e:  # refused: the memory is exactly as it was
+        assert store.get("mem-1") == old, str(e)
+        return
+    new = store.get("mem-1")
+    assert out.startswith(("The memory file has been edited", f"The file {p} has been edited"))
+    assert new.status == "active" and new.id == old.id
+    if new.to_dict() != old.to_dict():
+        assert len(new.lineage) == 1 and new.lineage[0]["content"] == old.content
+        assert [e["kind"] for e in store.events()][-1] == "edit"
+    assert tool.call(dict(command="view", path=p)).startswith(f"Here's the content of {p}")
