@@ -387,7 +387,7 @@ def _record_tool(kit: MemoryToolkit):
 
     return _MemoryFunctionTool(record_memory, description=_RECORD_DOC)
 
-# %% ../nbs/19_tools.ipynb #e5b8b6be
+# %% ../nbs/19_tools.ipynb #c34e4500
 def _memory_tool(kit: MemoryToolkit):
     def manage_memory(
         action: Literal["add", "replace", "remove"],
@@ -412,7 +412,8 @@ def _memory_tool(kit: MemoryToolkit):
         kit._note([written] if written else [], kit.recorded_ids)
         return text
 
-    return _MemoryFunctionTool(manage_memory, description=_MEMORY_DOC.format(**_notes().TARGET_BUDGETS))
+    budgets = _notes().TARGET_BUDGETS
+    return _MemoryFunctionTool(manage_memory, description=_MEMORY_DOC.format(**budgets))
 
 
 def _notes():

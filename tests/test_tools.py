@@ -1,7 +1,7 @@
 """procmem.tools and procmem.notes: recall / record / memory_action and the SDK tools, driven through the SDK's tool
 runner against the local fake Messages server (procmem.testing.scripted_anthropic)."""
 
-import json, multiprocessing as mp, random, warnings
+import json, multiprocessing as mp, random, re, warnings
 from pathlib import Path
 
 import fastcore.test as ft
@@ -403,3 +403,69 @@ def test_budget_holds_under_concurrent_adds(tmp_path):
     assert all(a.startswith(("added", "refused:")) for a in answers), answers
     assert any(a.startswith("refused: user would hold") for a in answers), answers
     assert sum(len(m.content) for m in user) > TARGET_BUDGETS["user"] - 100  # filled, not refused early
+
+
+# ---- properties and smaller contracts -----------------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+_BANK = None
+
+
+def _bank() -> MemoryStore:
+    "One in-memory bank of the bootstrap pack and a few coding procedures (built once)."
+    global _BANK
+    if _BANK is None:
+        from procmem.bootstrap import bootstrap_general_strategies
+
+        _BANK = MemoryStore()
+        _BANK.add_many(bootstrap_general_strategies())
+        _BANK.add(PYTEST)
+    return _BANK
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(max_chars=st.integers(200, 4000), k=st.integers(1, 8),
+       query=st.sampled_from(["find the subclasses of a class in the ontology",
+                              "describe an entity by its label", "pytest reports a failing test",
+                              "properties whose domain is a class"]))
+def test_recall_is_bounded_and_whole(max_chars, k, query):
+    r = recall(_bank(), query, k=k, max_chars=max_chars)
+    assert len(r.text) <= max(max_chars, len(NO_MATCH))
+    assert len(r.ids) <= k
+    if r.ids:
+        shown = r.text.count("\nid: ")
+        ft.test_eq(shown, len(r.ids))  # every item whole: heading and id line together
+        nonce = re.search(r'<procmem-memories nonce="([0-9a-f]{12})">', r.text).group(1)
+        assert r.text.endswith(f'</procmem-memories nonce="{nonce}">'), r.text[-80:]
+
+
+def test_toolkit_domain_and_pitfall_kind(tmp_path):
+    store = _store(tmp_path)
+    from procmem.bootstrap import bootstrap_general_strategies
+
+    store.add_many(bootstrap_general_strategies())
+    kit = memory_tools(store, domain="code")
+    pitfall = dict(title="Do not mock the module under test",
+                   description="When a unit test patches the very function it checks.",
+                   content="1. Patch only the collaborators of the function under test\n"
+                           "2. If the function itself is patched the test proves nothing\n"
+                           "3. Run the test once with the patch removed to see it fail",
+                   kind="pitfall")
+    [onto, rec, back] = _run(kit, [
+        ("recall_memory", {"query": "describe an entity by its label in the ontology"}),
+        ("record_memory", pitfall),
+        ("recall_memory", {"query": "a unit test patches the function under test"}),
+    ])
+    ft.test_eq(onto["content"], NO_MATCH)  # the toolkit's domain: code only
+    m = store.get(kit.recorded_ids[0])
+    ft.test_eq((m.source_type, m.domain), ("failure", "code"))
+    assert "[pitfall] Do not mock the module under test" in back["content"], back
+
+
+def test_manage_memory_on_read_only_store_is_a_tool_error(tmp_path):
+    _store(tmp_path).close()
+    ro = MemoryStore(tmp_path / "bank.db", readonly=True)
+    [res] = _run(memory_tools(ro, allow="manage_memory"),
+                 [("manage_memory", {"action": "add", "content": FACT})])
+    assert res["is_error"] and "read-only" in res["content"], res
