@@ -462,18 +462,18 @@ def _agent_event(traj: Trajectory, err: str | None, timings: dict) -> dict:
         latency_ms=round(timings["agent"], 2),
     )
 
-# %% ../nbs/12_loop.ipynb #e70f1b07
+# %% ../nbs/12_loop.ipynb #3ea2eea7
 def _wants_block(agent) -> bool:
     """Whether the agent reads the memory block (an agent with `wants_memory_block = False` does
     not)."""
     return getattr(agent, "wants_memory_block", True) is not False
 
 
-def _with_store(agent, store: MemoryStore):
-    """`agent` reading the loop's store when it reads the bank itself (`agent.with_store`), else
-    itself."""
+def _with_store(agent, store: MemoryStore, exclude_ids=()):
+    """`agent` reading the loop's store, never recalling `exclude_ids`, when it reads the bank itself
+    (`agent.with_store`); else `agent` itself."""
     bind = getattr(agent, "with_store", None)
-    return bind(store) if callable(bind) else agent
+    return bind(store, exclude_ids=tuple(exclude_ids)) if callable(bind) else agent
 
 
 def _recalled_step(store: MemoryStore, traj: Trajectory, injected: list, memory: bool) -> list:
@@ -490,7 +490,7 @@ def _recalled_step(store: MemoryStore, traj: Trajectory, injected: list, memory:
             continue  # deleted since it was shown, or not this store's
     return out
 
-# %% ../nbs/12_loop.ipynb #b8796c10
+# %% ../nbs/12_loop.ipynb #e63b3eea
 USE_UTILITY = True  # run_with_memory's default for `use_utility` (see "Usefulness in ranking")
 
 
@@ -519,7 +519,8 @@ def run_with_memory(
     """Run `agent` on `task` with relevant memories injected, then judge, learn and attribute the
     outcome."""
     _check_run_args(task, agent)
-    agent, timings, t_all, refused = _with_store(agent, store), {}, time.perf_counter(), {}
+    agent = _with_store(agent, store, exclude_ids)
+    timings, t_all, refused = {}, time.perf_counter(), {}
     rkw = dict(k=k, domain=domain, min_confirmations=min_confirmations, exclude_ids=exclude_ids)
     rkw.update(use_utility=use_utility, now=now)
     scored, injected, block = _retrieve_step(

@@ -366,3 +366,41 @@ def test_every_script_is_hand_written_and_in_the_api_format(f):
         msg = BetaMessage.model_validate(_with_ids(reply["body"], n))  # exactly what the API returns
         assert reply["status"] == 200 and msg.usage.input_tokens > 0 and msg.model in PRICES
     assert len(SCRIPT_FILES) >= 3
+
+
+def test_the_tool_arm_never_recalls_what_was_learned_from_its_own_task(store):
+    "ab_test(exclude_self=True) keeps a task's own lessons out of the recall tool too, as out of the block."
+    def factory():
+        s = MemoryStore()
+        s.add_many(list(store))
+        s.add(MemoryItem("Sum the sales rows of the regional table", "How this very task was solved.",
+                         "1. Sum the sales column.\n2. Report the total.", tags=["sales", "sum"], task_query=TASK, id="mem-self"))
+        return s
+    recall = ("recall_memory", {"query": "sum the sales rows of the regional sales table"})
+    rows = {}
+    for exclude in (True, False):
+        with scripted_anthropic([tool_use_reply(recall), text_reply("1200")]) as fake:
+            arm = dict(name="tool", agent=ClaudeAgent(tools=[sum_column], mode="tool", client=fake.client()))
+            rows[exclude] = ab_test([dict(task=TASK, truth=True)], None, factory, arms=[arm], exclude_self=exclude)
+    assert "mem-self" in rows[False].loc[0, "recalled_ids"]  # it would be shown...
+    assert "mem-self" not in rows[True].loc[0, "recalled_ids"] and rows[True].loc[0, "recalled_ids"]  # ...but is not
+    assert rows[True].loc[0, "excluded_ids"] == ["mem-self"]
+
+
+def test_a_paused_turn_is_resumed_not_counted_as_a_round():
+    script = [text_reply("Searching the web...", stop_reason="pause_turn"), text_reply("Done: 1200.")]
+    with scripted_anthropic(script) as fake:
+        t = ClaudeAgent(tools=[sum_column], max_tool_rounds=0, client=fake.client())(TASK)
+    assert (t.metadata["stopped_by"], t.metadata["rounds"], t.metadata["usage"]["calls"], t.answer) == ("end_turn", 0, 2, "Done: 1200.")
+
+
+def test_an_assertion_inside_a_tool_is_raised_after_the_run():
+    @beta_tool
+    def checked(x: str) -> str:
+        """A tool whose harness checks its input.
+        Args:
+            x: anything"""
+        raise AssertionError("harness: unexpected input " + x)
+    with pytest.raises(AssertionError, match="harness: unexpected input boom"):
+        with scripted_anthropic([tool_use_reply(("checked", {"x": "boom"})), text_reply("ok")]) as fake:
+            ClaudeAgent(tools=[checked], client=fake.client())(TASK)
