@@ -191,11 +191,12 @@ def test_poisoned_records_are_held_and_never_recalled_or_listed(tmp_path):
 
 
 def test_two_servers_on_two_namespaces_never_see_each_other(tmp_path):
+    "One started as `python -m procmem.mcp_server --namespace alice`, one as `procmem --namespace bob mcp`."
     db = tmp_path / "shared.db"
 
     async def both():
         a = Client(_params("--store", str(db), "--namespace", "alice", "--allow-remove"))
-        b = Client(_params("--store", str(db), "--namespace", "bob", "--allow-remove"))
+        b = Client(_params("--namespace", "bob", "mcp", "--store", str(db), "--allow-remove", command=CLI))
         async with a, b:
             ra = await a.call_tool("record", UNIT)
             rb = await b.call_tool("record", UNIT)
