@@ -165,7 +165,7 @@ def call(self: _Guarded, input):
         raise _tool_error()(_with_warning(done.content, done.warning))
     return _with_warning(done.content, done.warning)
 
-# %% ../nbs/20_agent.ipynb #408ba9f8
+# %% ../nbs/20_agent.ipynb #49a743c7
 MODES = ("inject", "tool")
 MAX_PAUSES = 10  # paused turns (pause_turn, a server tool's long turn) resumed beyond the rounds
 TOOL_MODE_SYSTEM = (  # added to the system prompt in "tool" mode
@@ -218,16 +218,17 @@ class ClaudeAgent:
             request_kw or {},
             client,
         )
-        self._memory_tools, self._exclude_ids = memory_tools, ()
+        self._memory_tools, self._exclude_ids, self._memory_off = memory_tools, (), False
         self._check()
 
     def with_store(self, store, exclude_ids=()) -> ClaudeAgent:
         """This agent reading `store`, never recalling `exclude_ids` ('tool' mode: a copy; 'inject'
-        mode reads no store: itself)."""
+        mode reads no store: itself). `store=None`: memory is off for the run (no memory tools)."""
         if self.mode != "tool":
             return self
         other = copy.copy(self)
         other.store, other._exclude_ids = store, tuple(exclude_ids)
+        other._memory_off = store is None
         return other
 
     @property
@@ -265,11 +266,11 @@ def _check(self: ClaudeAgent) -> None:
             " cannot be enforced; add its price there or pass budget_usd=None"
         )
 
-# %% ../nbs/20_agent.ipynb #9720267b
+# %% ../nbs/20_agent.ipynb #20e78b6c
 @patch
 def _memory_toolkit(self: ClaudeAgent):
     "This run's memory tools (a `procmem.tools` toolkit) in 'tool' mode; None in 'inject' mode."
-    if self.mode != "tool":
+    if self.mode != "tool" or self._memory_off:
         return None
     make = self._memory_tools
     if make is None:
@@ -331,11 +332,11 @@ def _stop_reason(self: ClaudeAgent, run: _Run, message) -> str | None:
         return "doom_loop"
     return None
 
-# %% ../nbs/20_agent.ipynb #9f92f499
+# %% ../nbs/20_agent.ipynb #61900882
 @patch
 def _system_prompt(self: ClaudeAgent, memory_block: str) -> str | None:
     "The run's system prompt: the agent's, then the memory block ('inject') or the recall hint."
-    extra = memory_block if self.mode == "inject" else TOOL_MODE_SYSTEM
+    extra = memory_block if self.mode == "inject" else "" if self._memory_off else TOOL_MODE_SYSTEM
     parts = [p for p in (self.system, extra) if p and p.strip()]
     return "\n\n".join(parts) or None
 
@@ -393,7 +394,7 @@ def _runner(self: ClaudeAgent, task: str, memory_block: str, tools: list):
         messages=messages, max_iterations=limit, **kw
     )
 
-# %% ../nbs/20_agent.ipynb #74cd5570
+# %% ../nbs/20_agent.ipynb #e4457e10
 @patch
 def _metadata(self: ClaudeAgent, run: _Run, toolkit) -> dict:
     """The trajectory's metadata: who ran, why it stopped, rounds, cost, usage (procmem.llm.Usage's
@@ -412,7 +413,7 @@ def __call__(self: ClaudeAgent, task: str, memory_block: str = "") -> Trajectory
     "Run Claude on `task` with the guards; the trajectory (steps, answer, metadata)."
     if not isinstance(task, str) or not task.strip():
         raise ValueError("ClaudeAgent needs a non-empty task string")
-    if self.mode == "tool" and self.store is None:
+    if self.mode == "tool" and self.store is None and not self._memory_off:
         raise ValueError(
             "ClaudeAgent mode='tool' needs a store for its recall tool: pass store=, or run it with"
             " run_with_memory, which gives it the loop's store (with_store)"

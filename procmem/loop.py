@@ -490,7 +490,7 @@ def _recalled_step(store: MemoryStore, traj: Trajectory, injected: list, memory:
             continue  # deleted since it was shown, or not this store's
     return out
 
-# %% ../nbs/12_loop.ipynb #e63b3eea
+# %% ../nbs/12_loop.ipynb #0d6fa657
 USE_UTILITY = True  # run_with_memory's default for `use_utility` (see "Usefulness in ranking")
 
 
@@ -519,7 +519,7 @@ def run_with_memory(
     """Run `agent` on `task` with relevant memories injected, then judge, learn and attribute the
     outcome."""
     _check_run_args(task, agent)
-    agent = _with_store(agent, store, exclude_ids)
+    agent = _with_store(agent, store if memory else None, exclude_ids)  # None: no memory
     timings, t_all, refused = {}, time.perf_counter(), {}
     rkw = dict(k=k, domain=domain, min_confirmations=min_confirmations, exclude_ids=exclude_ids)
     rkw.update(use_utility=use_utility, now=now)

@@ -404,3 +404,22 @@ def test_an_assertion_inside_a_tool_is_raised_after_the_run():
     with pytest.raises(AssertionError, match="harness: unexpected input boom"):
         with scripted_anthropic([tool_use_reply(("checked", {"x": "boom"})), text_reply("ok")]) as fake:
             ClaudeAgent(tools=[checked], client=fake.client())(TASK)
+
+
+def test_the_control_arm_runs_a_tool_mode_agent_without_its_memory(store):
+    "memory=False (the A/B 'none' arm) must be a real control: no recall tool, no hint, nothing attributed."
+    script = [text_reply("I do not know."),  # the control: no memory tools at all
+              tool_use_reply(("recall_memory", {"query": "sum the rows of a sales table"})), text_reply("1200")]
+
+    def factory():
+        s = MemoryStore()
+        s.add_many(list(store))
+        return s
+    with scripted_anthropic(script) as fake:
+        agent = ClaudeAgent(tools=[sum_column], mode="tool", client=fake.client())
+        df = ab_test([dict(task=TASK, truth=lambda tr: "1200" in (tr.answer or ""))], agent, factory,
+                     arms=("none", "memory"), exclude_self=False)
+    assert [t["name"] for t in fake.requests[0]["body"]["tools"]] == ["sum_column"]
+    assert "system" not in fake.requests[0]["body"]
+    assert [t["name"] for t in fake.requests[1]["body"]["tools"]] == ["sum_column", "recall_memory"]
+    assert list(df.success) == [False, True] and df.loc[0, "recalled_ids"] == [] and df.loc[1, "recalled_ids"]
