@@ -19,7 +19,7 @@ from .trust import TRUST_LEVELS, read_check, least_trusted, item_trust
 __all__ = ['MemoryPathError', 'parse_memory_path', 'memory_markdown', 'parse_memory_markdown', 'ProcmemMemoryTool',
            'AsyncProcmemMemoryTool']
 
-# %% ../nbs/19a_memory_tool.ipynb #4640803c
+# %% ../nbs/19a_memory_tool.ipynb #40a5861f
 _ROOT = "/memories"  # the only root the tool answers for
 _MAX_PATH_CHARS = 200  # a longer path is refused
 _MAX_NAME_CHARS = 64  # a directory name, or a file name without `.md`
@@ -34,9 +34,10 @@ _DEVICES = frozenset(
 class MemoryPathError(ToolError, ValueError):
     "A memory-tool path procmem refuses (the tool runner shows it as an error result)."
 
-    def __init__(self, path, why: str):
+    def __init__(self, path, why: str, echo: bool = True):  # echo: repeat the path in the message
         self.path, self.why = path, why  # the path as given, the reason
         shown = ascii(str(path)[:80]) + ("..." if len(str(path)) > 80 else "")
+        shown = shown if echo else "(not repeated)"
         super().__init__(
             f"Refused path {shown}: {why}. Nothing was read or changed. Paths are /memories, "
             "/memories/<directory> or /memories/<directory>/<name>.md, names made of ASCII "
@@ -123,7 +124,7 @@ def parse_memory_path(path: str) -> tuple[str | None, str | None]:  # a path the
     f = _check_name(path, names[1], True) if len(names) == 2 else None
     return d, f
 
-# %% ../nbs/19a_memory_tool.ipynb #7bacab17
+# %% ../nbs/19a_memory_tool.ipynb #fd021e34
 _NAME_KEY = "memory_file"  # the `MemoryItem.extra` key holding the file name a memory was given
 
 
@@ -143,18 +144,43 @@ def _valid_name(s) -> bool:
     ok = isinstance(s, str) and _NAME.match(s) and len(s) <= _MAX_NAME_CHARS
     return bool(ok) and s.casefold() not in _DEVICES
 
-# %% ../nbs/19a_memory_tool.ipynb #a03638d3
+
+@functools.lru_cache(maxsize=8192)
+def _name_refusals(name: str) -> tuple[str, ...]:
+    "Why a name must not be shown: its words read as an instruction (none: ())."
+    words = " ".join(re.split(r"[-_]+", name))
+    probe = MemoryItem(words, content=".", provenance={"source": "agent", "trust": "untrusted"})
+    return tuple(read_check(probe, "", min_confirmations=0)[0])
+
+
+def _shown_name(s) -> bool:
+    "Whether `s` is a valid name whose words are safe to show."
+    return _valid_name(s) and not _name_refusals(s)
+
+
+def _check_names(path: str, *names) -> None:
+    "Refuse names the model chose whose words read as an instruction (never repeating them)."
+    for n in names:
+        if _name_refusals(n):
+            why = (
+                "a name in it reads as an instruction to the model"
+                f" ({_reasons_text(_name_refusals(n)[:1])})"
+            )
+            raise MemoryPathError(path, why, echo=False)
+
+# %% ../nbs/19a_memory_tool.ipynb #79db589b
 def _dir_name(domain: str) -> str:
-    "The directory a domain shows as: the domain itself when it is a valid name."
-    if _valid_name(domain):
+    "The directory a domain shows as: the domain itself when it is a valid, safe name."
+    if _shown_name(domain):
         return domain
-    return f"{_slug(domain, 40) or 'domain'}-{_short_hash(domain)}"
+    slug = _slug(domain, 40)
+    return f"{slug if _shown_name(slug) else 'domain'}-{_short_hash(domain)}"
 
 
 def _file_stem(item: MemoryItem) -> str:
     "The file name (without `.md`) a memory shows as: the one it was given, else title slug + hash."
     given = item.extra.get(_NAME_KEY)
-    if _valid_name(given):
+    if _shown_name(given):
         return given
     return f"{_slug(item.title) or 'memory'}-{_short_hash(item.id)}"
 
@@ -289,7 +315,7 @@ def _bound_store(store, namespace):
 def _new_uuid() -> str:
     return str(uuid.uuid4())
 
-# %% ../nbs/19a_memory_tool.ipynb #d02789a1
+# %% ../nbs/19a_memory_tool.ipynb #09c9998a
 class ProcmemMemoryTool(BetaAbstractMemoryTool):
     "Claude's memory tool backed by a procmem bank: one markdown file per active memory."
 
@@ -315,7 +341,7 @@ class ProcmemMemoryTool(BetaAbstractMemoryTool):
         self.recalled_ids, self.recorded_ids = [], []  # ids viewed / written, first-seen order
         self._lock = threading.Lock()  # the two lists may be noted from several runner threads
         self._cache, self._seq = (None, None), 0  # (store state, tree) of the last call; last event
-        self._sizes = {}  # id -> file size, for the tree in the cache
+        self._sizes = {}  # (id and the shown fields) -> file size
 
     def __repr__(self):
         ns = getattr(self.store, "namespace", None)
@@ -361,7 +387,7 @@ class ProcmemMemoryTool(BetaAbstractMemoryTool):
     def clear_all_memory(self):
         raise ToolError("procmem never clears a memory bank from the memory tool")
 
-# %% ../nbs/19a_memory_tool.ipynb #57baaae7
+# %% ../nbs/19a_memory_tool.ipynb #b32c799f
 def _build_tree(items, domain) -> dict:
     "{directory: {file name: item}} of `items` (only `domain`'s, unless None)."
     tree = {}
@@ -384,7 +410,8 @@ def _tree(self: ProcmemMemoryTool) -> dict:
     key = (self.store.rev, self._seq)
     if self._cache[0] != key:
         self._cache = (key, _build_tree(self.store.items(), self.domain))
-        self._sizes = {}
+        if len(self._sizes) > 2 * sum(map(len, self._cache[1].values())) + 1000:
+            self._sizes = {}  # mostly sizes of texts that are gone
     return self._cache[1]
 
 
@@ -409,7 +436,7 @@ def _path_of(self: ProcmemMemoryTool, id: str) -> str | None:
                 return f"{_ROOT}/{d}/{f}.md"
     return None
 
-# %% ../nbs/19a_memory_tool.ipynb #1d97f33b
+# %% ../nbs/19a_memory_tool.ipynb #820cc5ab
 def _size(n: int) -> str:
     "A size as the SDK's memory tool shows it: 680B, 1.5K, 2M."
     for unit, k in (("M", 1 << 20), ("K", 1 << 10)):
@@ -433,10 +460,11 @@ def _listing_rows(tree: dict, d, budget: int, size) -> tuple[list, int, int]:
 
 @patch
 def _size_of(self: ProcmemMemoryTool, m: MemoryItem) -> int:
-    "The size of `m`'s file in bytes (kept while the tree is)."
-    if m.id not in self._sizes:
-        self._sizes[m.id] = len(memory_markdown(m).encode())
-    return self._sizes[m.id]
+    "The size of `m`'s file in bytes (remembered for this text)."
+    key = (m.id, m.title, m.description, m.content, tuple(m.tags), m.source_type)
+    if key not in self._sizes:
+        self._sizes[key] = len(memory_markdown(m).encode())
+    return self._sizes[key]
 
 
 @patch
@@ -553,7 +581,7 @@ def _new_item(self: ProcmemMemoryTool, text: str, domain: str, name: str, path: 
         why = neutralize_text(str(e))[:300]
         raise ToolError(f"File {path} was not created: {why}. {_FORMAT_HINT}") from e
 
-# %% ../nbs/19a_memory_tool.ipynb #92e1185a
+# %% ../nbs/19a_memory_tool.ipynb #4102563b
 def _refused(path: str, r) -> ToolError:
     "The error result for a create the gates refused."
     why = _reasons_text(r.reasons)
@@ -602,6 +630,7 @@ def _create(self: ProcmemMemoryTool, command) -> str:
         raise ToolError(
             f"{command.path} is a directory: create writes {_ROOT}/<directory>/<name>.md"
         )
+    _check_names(command.path, f, *([] if d in self._tree() else [d]))
     if f in self._tree().get(d, {}):
         raise ToolError(f"File {command.path} already exists")
     item = self._new_item(command.file_text, self._domain_of(d, command.path), f, command.path)
@@ -757,7 +786,7 @@ def _delete(self: ProcmemMemoryTool, command) -> str:
     count = f" ({len(items)} memories)" if f is None else ""
     return f"Successfully deleted {path}{count}: archived, a person can restore it"
 
-# %% ../nbs/19a_memory_tool.ipynb #1dc300f6
+# %% ../nbs/19a_memory_tool.ipynb #7798062d
 def _move_step(cur, old, domain: str, name: str, by: str, why: str) -> MemoryItem:
     "`cur` moved to `domain` under file name `name`; refuses a changed `cur`."
     if cur.status != "active" or _editable(cur) != _editable(old):
@@ -775,6 +804,7 @@ def _move_step(cur, old, domain: str, name: str, by: str, why: str) -> MemoryIte
 def _rename_file(self: ProcmemMemoryTool, old: str, new: str, nd: str, nf: str) -> None:
     "Move the memory file at `old` to directory `nd`, name `nf`."
     _, _, item = self._file(old)
+    _check_names(new, nf, *([] if nd in self._tree() else [nd]))
     if nf in self._tree().get(nd, {}):
         raise ToolError(f"The destination {new} already exists")
     domain, why = self._domain_of(nd, new), f"memory tool rename {old} -> {new}"
@@ -791,6 +821,7 @@ def _rename_dir(self: ProcmemMemoryTool, old: str, new: str, od: str, nd: str) -
         raise ToolError(f"The path {old} does not exist")
     if nd in tree:
         raise ToolError(f"The destination {new} already exists")
+    _check_names(new, nd)
     domain, why = self._domain_of(nd, new), f"memory tool rename {old} -> {new}"
     with self.store._write() as c:
         for f, m in tree[od].items():
