@@ -539,3 +539,27 @@ def test_names_that_read_as_instructions_are_refused_and_never_listed(tmp_path):
     listing = tool.call(dict(command="view", path="/memories"))
     assert not [n for n in HOSTILE if n.casefold() in listing.casefold()], listing
     assert listing.count("/memories/domain-") == 2 * len(HOSTILE)  # each directory and its file
+
+
+def test_the_budgeted_notes_directories_are_read_only(tmp_path):
+    from procmem.notes import memory_action
+    store = MemoryStore(tmp_path / "notes.db")
+    out = memory_action(store, "add", target="user", content="The user prefers every answer with distances in metric units.")
+    assert not out.startswith("refused"), out
+    tool = ProcmemMemoryTool(store, new_id=_ids())
+    tool.call(dict(command="create", path="/memories/web/login.md", file_text=LOGIN))
+    note = tool.call(dict(command="view", path="/memories/user")).split("\n")[-1].split("\t")[1]
+    assert "metric units" in tool.call(dict(command="view", path=note))
+    before = dump(store)
+    for cmd in [dict(command="create", path="/memories/user/prefs.md", file_text=LOGIN),
+                dict(command="create", path="/memories/memory/facts.md", file_text=LOGIN),
+                dict(command="str_replace", path=note, old_str="metric", new_str="imperial"),
+                dict(command="insert", path=note, insert_line=0, insert_text="x"),
+                dict(command="rename", old_path="/memories/web/login.md", new_path="/memories/user/login.md"),
+                dict(command="rename", old_path=note, new_path="/memories/web/units.md"),
+                dict(command="rename", old_path="/memories/web", new_path="/memories/memory"),
+                dict(command="rename", old_path="/memories/user", new_path="/memories/prefs")]:
+        with pytest.raises(ToolError, match="holds procmem's budgeted notes|already exists"):
+            tool.call(cmd)
+    assert dump(store) == before
+    assert tool.call(dict(command="delete", path=note)).startswith("Successfully deleted")
