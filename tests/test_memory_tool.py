@@ -563,3 +563,23 @@ def test_the_budgeted_notes_directories_are_read_only(tmp_path):
             tool.call(cmd)
     assert dump(store) == before
     assert tool.call(dict(command="delete", path=note)).startswith("Successfully deleted")
+
+
+def test_a_read_only_store_is_viewed_and_never_written(tmp_path):
+    path = tmp_path / "ro.db"
+    with MemoryStore(path) as store:
+        ProcmemMemoryTool(store, new_id=_ids()).call(dict(command="create", path="/memories/web/login.md",
+                                                          file_text=LOGIN))
+    before = path.read_bytes()
+    ro = MemoryStore(path, readonly=True)
+    tool = ProcmemMemoryTool(ro, new_id=_ids("ro"))
+    assert "login.md" in tool.call(dict(command="view", path="/memories"))
+    assert tool.call(dict(command="view", path="/memories/web/login.md")).count("\n") == 14
+    for cmd in [dict(command="create", path="/memories/web/x.md", file_text=LOGIN.replace("Log in", "Sign in")),
+                dict(command="str_replace", path="/memories/web/login.md", old_str="Log in", new_str="Sign in"),
+                dict(command="delete", path="/memories/web/login.md"),
+                dict(command="rename", old_path="/memories/web/login.md", new_path="/memories/web/y.md")]:
+        with pytest.raises(ToolError, match="read-only"):
+            tool.call(cmd)
+    ro.close()
+    assert path.read_bytes() == before
