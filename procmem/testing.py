@@ -16,8 +16,7 @@ from .llm import DEFAULT_MODEL, AnthropicLLM, anthropic
 # %% auto #0
 __all__ = ['DUMMY_API_KEY', 'RECORD_ENV', 'HANDWRITTEN_NOTE', 'MISSING_RECORDING_ERROR', 'SCRIPT_EXHAUSTED_ERROR',
            'keyed_request', 'request_key', 'recording_path', 'write_recording', 'write_replies', 'list_recordings',
-           'MissingRecording', 'ScriptExhausted', 'FakeAnthropic', 'fake_anthropic', 'usage_body', 'text_reply',
-           'tool_use_reply', 'error_reply', 'scripted_anthropic', 'write_script', 'read_script']
+           'MissingRecording', 'ScriptExhausted', 'FakeAnthropic', 'fake_anthropic']
 
 # %% ../nbs/14_testing.ipynb #1f74c568
 DUMMY_API_KEY = "test-dummy-key"  # the key tests give the SDK; record mode refuses it
@@ -285,7 +284,15 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(delay)
         self._send(status, payload, headers)
 
-# %% ../nbs/14_testing.ipynb #768a8aa4
+# %% ../nbs/14_testing.ipynb #afde7a26
+def _script_replies(script) -> list[dict]:
+    """A script's replies checked and normalised by `procmem.scripted` (imported when a script is
+    used)."""
+    from procmem.scripted import _as_script
+
+    return _as_script(script)
+
+# %% ../nbs/14_testing.ipynb #f92c3744
 class FakeAnthropic:
     """A local stand-in for the Anthropic Messages API that answers from recordings on disk (see
     `fake_anthropic`)."""
@@ -302,7 +309,7 @@ class FakeAnthropic:
     ):
         self.recordings_dir = None if recordings_dir is None else Path(recordings_dir)
         self.record = record
-        self.script = None if script is None else _as_script(script)
+        self.script = None if script is None else _script_replies(script)
         self.upstream = upstream.rstrip("/")
         self._api_key = (api_key or os.environ.get("ANTHROPIC_API_KEY")) if record else None
         self._check_setup()
@@ -563,159 +570,22 @@ def fake_anthropic(
     with _serving(fake, set_env):
         yield fake
 
-# %% ../nbs/14_testing.ipynb #e7b991d0
-def usage_body(
-    input_tokens: int = 100,  # uncached input tokens
-    output_tokens: int = 20,  # output tokens
-    cache_creation_input_tokens: int = 0,  # input tokens written to the prompt cache
-    cache_read_input_tokens: int = 0,  # input tokens read from the prompt cache
-) -> dict:
-    "The `usage` of a Messages API response."
-    return dict(
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        cache_creation_input_tokens=cache_creation_input_tokens,
-        cache_read_input_tokens=cache_read_input_tokens,
-    )
+# %% ../nbs/14_testing.ipynb #dc791ec5
+_SCRIPTED = (  # procmem.scripted's names, importable from procmem.testing too
+    "scripted_anthropic",
+    "text_reply",
+    "tool_use_reply",
+    "error_reply",
+    "usage",
+    "write_script",
+    "read_script",
+)
 
 
-def _message(content: list, stop_reason: str, usage: Mapping | None, model: str) -> dict:
-    "A Messages API response body (its id is filled in by the server)."
-    return dict(
-        type="message",
-        role="assistant",
-        model=model,
-        content=content,
-        stop_reason=stop_reason,
-        stop_sequence=None,
-        usage=dict(usage or usage_body()),
-    )
+def __getattr__(name: str):
+    "A name of the scripted mode (`procmem.scripted`), imported on first use."
+    if name in _SCRIPTED:
+        from procmem import scripted
 
-# %% ../nbs/14_testing.ipynb #c5129241
-def text_reply(
-    text: str,  # what Claude says
-    usage: Mapping | None = None,  # `usage_body(...)`; default 100 input / 20 output tokens
-    stop_reason: str = "end_turn",  # e.g. "max_tokens", "refusal"
-    model: str = DEFAULT_MODEL,  # the model the reply names
-) -> dict:
-    "A hand-written Messages API reply that says `text`."
-    return _message([dict(type="text", text=text)], stop_reason, usage, model)
-
-
-def _tool_use_block(call) -> dict:
-    "A `tool_use` block from a (name, input) pair or a dict with name, input and maybe id."
-    if isinstance(call, Mapping):
-        name, args, tid = call.get("name"), call.get("input"), call.get("id")
-    elif isinstance(call, (tuple, list)) and len(call) == 2:
-        (name, args), tid = call, None
-    else:
-        raise TypeError(f"a tool call is a (name, input) pair or a dict, not {call!r}")
-    if not isinstance(name, str) or not isinstance(args, Mapping):
-        raise TypeError(f"a tool call needs a str name and a dict input, not {call!r}")
-    block = dict(type="tool_use", name=name, input=dict(args))
-    return {**block, "id": tid} if tid else block
-
-
-def tool_use_reply(
-    *calls,  # (name, input) pairs (or dicts with name, input and maybe id), in order
-    text: str | None = None,  # what Claude says before the calls
-    usage: Mapping | None = None,  # `usage_body(...)`; default 100 input / 20 output tokens
-    model: str = DEFAULT_MODEL,  # the model the reply names
-) -> dict:
-    "A hand-written Messages API reply that calls one or several tools (stop reason tool_use)."
-    if not calls:
-        raise ValueError("tool_use_reply needs at least one (name, input) call")
-    head = [dict(type="text", text=text)] if text else []
-    return _message(head + [_tool_use_block(c) for c in calls], "tool_use", usage, model)
-
-# %% ../nbs/14_testing.ipynb #fef6f7c6
-def error_reply(
-    status: int,  # HTTP status, e.g. 429, 529, 400
-    error_type: str,  # the API's error type, e.g. "rate_limit_error", "overloaded_error"
-    message: str = "hand-written error for a test",  # the error message
-    headers: Mapping | None = None,  # e.g. {"retry-after-ms": "10"}
-    delay_s: float | None = None,  # wait before answering (to provoke a client timeout)
-) -> dict:
-    "A scripted API error answer."
-    return _reply(status, _error_body(error_type, message), headers, delay_s)
-
-
-def _as_script(replies) -> list[dict]:
-    "Scripted replies as `_reply` dicts: a message body is a 200 answer."
-    if isinstance(replies, (str, bytes, Mapping)):
-        raise TypeError("scripted replies are a list of reply bodies, one per request")
-    script = []
-    for i, r in enumerate(replies):
-        if isinstance(r, Mapping) and "status" in r and "body" in r:
-            script.append(dict(r))
-        elif isinstance(r, Mapping) and r.get("type") == "message":
-            script.append(_reply(200, r, None, None))
-        else:
-            raise TypeError(f"scripted reply {i} is not a message body nor a status/body dict")
-    return script
-
-# %% ../nbs/14_testing.ipynb #1922d240
-def _with_ids(body: Mapping, n: int) -> dict:
-    "A scripted message body with its id and tool_use ids filled in, numbered by request `n`."
-    if body.get("type") != "message":
-        return dict(body)
-    content = [dict(b) for b in body.get("content") or []]
-    for i, block in enumerate(content):
-        if block.get("type") == "tool_use" and not block.get("id"):
-            block["id"] = f"toolu_s{n:03d}_{i}"
-    return {"id": body.get("id") or f"msg_s{n:03d}", **body, "content": content}
-
-
-@patch
-def _scripted(self: FakeAnthropic, body: dict) -> tuple[int, dict, dict, float]:
-    "Scripted mode: (status, headers, body, delay) of the next scripted reply, or the loud error."
-    with self._lock:
-        n = len(self.requests)
-        served = f"script[{n}]" if n < len(self.script) else None
-        self.requests.append(dict(key=request_key(body), body=body, served=served))
-    if served is None:
-        miss = ScriptExhausted(n, len(self.script), keyed_request(body))
-        with self._lock:
-            self.misses.append(miss)
-        extra = dict(procmem_index=n, procmem_scripted=len(self.script))
-        err = _error_body(SCRIPT_EXHAUSTED_ERROR, str(miss), **extra)
-        return 404, {"x-should-retry": "false"}, {**err, "procmem_request": miss.request}, 0
-    rep = self.script[n]
-    return (
-        rep["status"],
-        rep.get("headers") or {},
-        _with_ids(rep["body"], n),
-        rep.get("delay_s") or 0,
-    )
-
-# %% ../nbs/14_testing.ipynb #55f48051
-@contextmanager
-def scripted_anthropic(
-    replies: list,  # reply bodies (text_reply, tool_use_reply, error_reply, ...) one per request
-    set_env: bool = True,  # point ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY at the fake
-):
-    """Serve `replies` in order on 127.0.0.1 for the block, the n-th request getting `replies[n]`;
-    raise `ScriptExhausted` on exit if a request came past the end."""
-    with _serving(FakeAnthropic(None, script=replies), set_env) as fake:
-        yield fake
-
-# %% ../nbs/14_testing.ipynb #cd73bb41
-def write_script(
-    path,  # the file to write (its folder is made)
-    replies: list,  # the scripted replies (text_reply, tool_use_reply, error_reply, ...)
-    note: str = HANDWRITTEN_NOTE,  # where the replies came from
-    hand_written: bool = True,  # False only for replies a real model gave
-    **fields,  # more fields to keep with the script (e.g. task=...)
-) -> Path:
-    "Save a script of replies for `scripted_anthropic`; return its path."
-    rec = dict(script=True, hand_written=hand_written, note=note, **fields)
-    rec["replies"] = _as_script(replies)
-    return _save(Path(path), rec)
-
-
-def read_script(path) -> list:
-    "The replies of a script file written by `write_script`, for `scripted_anthropic`."
-    rec = json.loads(Path(path).read_text(encoding="utf-8"))
-    if not isinstance(rec, dict) or rec.get("script") is not True or "replies" not in rec:
-        raise ValueError(f"{path}: not a script file (write one with procmem.testing.write_script)")
-    return _as_script(rec["replies"])
+        return getattr(scripted, name)
+    raise AttributeError(f"module 'procmem.testing' has no attribute {name!r}")

@@ -23,7 +23,7 @@ from procmem.llm import PRICES, LLMError
 from procmem.loop import run_with_memory
 from procmem.store import MemoryStore
 from procmem.testing import (ScriptExhausted, error_reply, scripted_anthropic, text_reply, tool_use_reply,
-                             usage_body)
+                             usage)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
@@ -89,7 +89,7 @@ def test_round_cap_stops_before_running_the_next_round():
 
 def test_budget_stops_at_the_reply_that_crosses_it():
     price = PRICES[MODEL]
-    u = usage_body(20_000, 1_000)  # $0.0025 per reply on haiku-5-5
+    u = usage(20_000, 1_000)  # $0.0025 per reply on haiku-5-5
     per_reply = (20_000 * price.input + 1_000 * price.output) / 1e6
     script = [tool_use_reply(("sum_column", {"column": "sales"}), usage=u),
               tool_use_reply(("sum_column", {"column": "region"}), usage=u)]
@@ -217,9 +217,9 @@ def test_doom_loop_guard_on_real_react_runs():
 
 def test_token_and_cost_totals_are_exact():
     p, sonnet = PRICES[MODEL], PRICES["claude-sonnet-4-5"]
-    script = [tool_use_reply(("sum_column", {"column": "sales"}), usage=usage_body(1200, 80, cache_creation_input_tokens=3000)),
-              tool_use_reply(("sum_column", {"column": "region"}), usage=usage_body(40, 60, cache_read_input_tokens=3000)),
-              text_reply("The total is 1200.", usage=usage_body(70, 15, cache_read_input_tokens=3100), model="claude-sonnet-4-5")]
+    script = [tool_use_reply(("sum_column", {"column": "sales"}), usage=usage(1200, 80, cache_creation_input_tokens=3000)),
+              tool_use_reply(("sum_column", {"column": "region"}), usage=usage(40, 60, cache_read_input_tokens=3000)),
+              text_reply("The total is 1200.", usage=usage(70, 15, cache_read_input_tokens=3100), model="claude-sonnet-4-5")]
     with scripted_anthropic(script) as fake:
         t = ClaudeAgent(tools=[sum_column], client=fake.client())(TASK)
     assert t.metadata["usage"] == dict(input_tokens=1310, output_tokens=155, cache_creation_input_tokens=3000,
@@ -358,7 +358,8 @@ SCRIPT_FILES = sorted((ROOT / "tests" / "fixtures" / "llm" / "agent").glob("*.js
 def test_every_script_is_hand_written_and_in_the_api_format(f):
     import json
     from anthropic.types.beta import BetaMessage
-    from procmem.testing import HANDWRITTEN_NOTE, read_script, _with_ids
+    from procmem.testing import HANDWRITTEN_NOTE, read_script
+    from procmem.scripted import _with_ids
     rec = json.loads(f.read_text(encoding="utf-8"))
     assert rec["script"] is True and rec["hand_written"] is True and rec["note"] == HANDWRITTEN_NOTE
     assert isinstance(rec["task"], str) and rec["task"]
