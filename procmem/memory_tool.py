@@ -316,7 +316,7 @@ def _bound_store(store, namespace):
 def _new_uuid() -> str:
     return str(uuid.uuid4())
 
-# %% ../nbs/19a_memory_tool.ipynb #09c9998a
+# %% ../nbs/19a_memory_tool.ipynb #0dba4f3a
 class ProcmemMemoryTool(BetaAbstractMemoryTool):
     "Claude's memory tool backed by a procmem bank: one markdown file per active memory."
 
@@ -341,7 +341,7 @@ class ProcmemMemoryTool(BetaAbstractMemoryTool):
         self.new_id = new_id or _new_uuid
         self.recalled_ids, self.recorded_ids = [], []  # ids viewed / written, first-seen order
         self._lock = threading.Lock()  # the two lists may be noted from several runner threads
-        self._cache, self._seq = (None, None), 0  # (store state, tree) of the last call; last event
+        self._cache = (None, None)  # (the store's state, its tree) of the last call
         self._sizes = {}  # (id and the shown fields) -> file size
 
     def __repr__(self):
@@ -388,7 +388,7 @@ class ProcmemMemoryTool(BetaAbstractMemoryTool):
     def clear_all_memory(self):
         raise ToolError("procmem never clears a memory bank from the memory tool")
 
-# %% ../nbs/19a_memory_tool.ipynb #b32c799f
+# %% ../nbs/19a_memory_tool.ipynb #0f663d43
 def _build_tree(items, domain) -> dict:
     "{directory: {file name: item}} of `items` (only `domain`'s, unless None)."
     tree = {}
@@ -403,12 +403,17 @@ def _build_tree(items, domain) -> dict:
     return tree
 
 
+def _state(store: MemoryStore) -> tuple[int, int]:
+    "(revision, last event number) of the store: one of them moves with every change, anywhere."
+    with store._lock:
+        last = store._con.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0]
+    return store.rev, last
+
+
 @patch
 def _tree(self: ProcmemMemoryTool) -> dict:
     "{directory: {file name: item}} of the active memories the tool shows (cached per state)."
-    new_events = self.store.events(since=self._seq)
-    self._seq = new_events[-1]["seq"] if new_events else self._seq
-    key = (self.store.rev, self._seq)
+    key = _state(self.store)
     if self._cache[0] != key:
         self._cache = (key, _build_tree(self.store.items(), self.domain))
         if len(self._sizes) > 2 * sum(map(len, self._cache[1].values())) + 1000:

@@ -583,3 +583,20 @@ def test_a_read_only_store_is_viewed_and_never_written(tmp_path):
             tool.call(cmd)
     ro.close()
     assert path.read_bytes() == before
+
+
+def test_the_cached_tree_sees_every_change_made_through_another_connection(tmp_path):
+    "Two store objects on one file (as two processes): a create, a same-directory rename (which changes no"
+    " indexed field), an edit and a delete by one are seen by the other's next call."
+    a = ProcmemMemoryTool(MemoryStore(tmp_path / "x.db"), new_id=_ids("a"))
+    b = ProcmemMemoryTool(MemoryStore(tmp_path / "x.db"), new_id=_ids("b"))
+    assert a.call(dict(command="view", path="/memories")).endswith("0B\t/memories")
+    b.call(dict(command="create", path="/memories/web/login.md", file_text=LOGIN))
+    assert a.call(dict(command="view", path="/memories")).endswith("/memories/web/login.md")
+    b.call(dict(command="rename", old_path="/memories/web/login.md", new_path="/memories/web/sign-in.md"))
+    assert a.call(dict(command="view", path="/memories")).endswith("/memories/web/sign-in.md")
+    b.call(dict(command="str_replace", path="/memories/web/sign-in.md", old_str="wait for", new_str="wait until"))
+    assert "wait until" in a.call(dict(command="view", path="/memories/web/sign-in.md"))
+    b.call(dict(command="delete", path="/memories/web/sign-in.md"))
+    with pytest.raises(ToolError, match="does not exist"):
+        a.call(dict(command="view", path="/memories/web/sign-in.md"))
