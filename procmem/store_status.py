@@ -14,11 +14,11 @@ from .store import _archived_reasons, _reason_list, _split_archived, _who, _when
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/02a_store_status.ipynb #7f6db6d6
+# %% ../nbs/02a_store_status.ipynb #47f62a07
 _INJECT = (
     "UPDATE memories SET data = "
     + _BUMP.format("injected_count")
-    + ", '$.last_used_at', ?) WHERE id=? AND namespace=? AND json_valid(data)"
+    + ", '$.last_used_at', ?) WHERE id=? AND +namespace=? AND json_valid(data)"
 )
 
 

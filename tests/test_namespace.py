@@ -551,3 +551,34 @@ def test_check_reports_a_row_whose_namespace_column_disagrees(tmp_path):
     con.close()
     with MemoryStore(db, namespace="bob") as s:
         ft.test_eq(s.check(), ["memory 'p1' says namespace 'alice', its column 'bob'"])
+
+
+def test_id_lookups_use_the_primary_key(tmp_path):
+    """Every query that names ids reads them by the primary key, never by scanning a namespace through
+    the (namespace, status, domain) index (which made search 100x slower at 100k: 64 ms instead of 0.6)."""
+    s = MemoryStore(tmp_path / "m.db", namespace="alice")
+    s.add_many([MemoryItem(f"Procedure {i}", content=f"1. step {i}", id=f"m{i}") for i in range(300)])
+    s.archive(["m1"], "x", by="t")
+    seen = []
+    s._con.set_trace_callback(seen.append)
+    ids = [f"m{i}" for i in range(2, 12)]
+    s.get_many(ids)
+    s.get("m2")
+    assert "m3" in s
+    s.search("procedure step 4", k=5)
+    s.record_retrieval(ids, ids)
+    s.record_outcome(ids, True)
+    s.update(s.get("m5"))
+    s.restore("m1", by="t")
+    s.delete("m6", by="t")
+    s._con.set_trace_callback(None)
+    con = sqlite3.connect(tmp_path / "m.db")
+    checked = 0
+    for sql in {q for q in seen if " id=" in q or " id IN" in q}:
+        if sql.lstrip().upper().startswith(("SELECT", "UPDATE", "DELETE")):
+            plan = " ".join(r[-1] for r in con.execute("EXPLAIN QUERY PLAN " + sql))
+            assert "memories_status_ns" not in plan and "memories_meaning_ns" not in plan, (sql, plan)
+            checked += 1
+    con.close()
+    s.close()
+    assert checked >= 6, checked
