@@ -600,3 +600,26 @@ def test_the_cached_tree_sees_every_change_made_through_another_connection(tmp_p
     b.call(dict(command="delete", path="/memories/web/sign-in.md"))
     with pytest.raises(ToolError, match="does not exist"):
         a.call(dict(command="view", path="/memories/web/sign-in.md"))
+
+
+def test_claude_agent_uses_claude_memory_tool_over_the_bank():
+    "ClaudeAgent in 'tool' mode with Claude's memory tool as its memory: the files it viewed are its recalled ids."
+    agent_mod = pytest.importorskip("procmem.agent")
+    store = MemoryStore(None)
+    for m in bootstrap_general_strategies():
+        store.add(m)
+    first = next(store.items())
+    path = f"/memories/{first.domain}/{_file_stem(first)}.md"
+    agent = agent_mod.ClaudeAgent(
+        mode="tool", store=store, memory_tool_names=("memory",),
+        memory_tools=lambda store, domain=None, **_: [ProcmemMemoryTool(store, domain=domain)])
+    script = [tool_use_reply(("memory", {"command": "view", "path": "/memories"})),
+              tool_use_reply(("memory", {"command": "view", "path": path}),
+                             ("memory", {"command": "view", "path": "/memories/../../etc/passwd"})),
+              text_reply("Described.")]
+    with scripted_anthropic(script) as fake:
+        traj = agent("Describe the entity labelled 'Aspirin'.", "")
+    assert fake.requests[0]["body"]["tools"] == [{"type": "memory_20250818", "name": "memory"}]
+    assert traj.metadata["recalled_ids"] == [first.id]
+    results = fake.requests[2]["body"]["messages"][-1]["content"]
+    assert [bool(b.get("is_error")) for b in results] == [False, True]
