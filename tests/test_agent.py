@@ -424,3 +424,9 @@ def test_the_control_arm_runs_a_tool_mode_agent_without_its_memory(store):
     assert "system" not in fake.requests[0]["body"]
     assert [t["name"] for t in fake.requests[1]["body"]["tools"]] == ["sum_column", "recall_memory"]
     assert list(df.success) == [False, True] and df.loc[0, "recalled_ids"] == [] and df.loc[1, "recalled_ids"]
+
+
+def test_a_refusal_is_no_answer():
+    with scripted_anthropic([text_reply("I can't help with that.", stop_reason="refusal")]) as fake:
+        t = ClaudeAgent(client=fake.client())(TASK)
+    assert (t.metadata["stopped_by"], t.answer, t.steps) == ("refusal", None, [])
