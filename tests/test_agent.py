@@ -430,3 +430,12 @@ def test_a_refusal_is_no_answer():
     with scripted_anthropic([text_reply("I can't help with that.", stop_reason="refusal")]) as fake:
         t = ClaudeAgent(client=fake.client())(TASK)
     assert (t.metadata["stopped_by"], t.answer, t.steps) == ("refusal", None, [])
+
+
+def test_without_a_client_the_agent_uses_the_environment(monkeypatch):
+    "What the example's real-key cell does: ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY (here: the local fake)."
+    monkeypatch.delenv("PROCMEM_MODEL", raising=False)
+    with scripted_anthropic([text_reply("The total is 1200.")]) as fake:
+        t = ClaudeAgent(tools=[sum_column])(TASK)
+    assert t.answer == "The total is 1200." and len(fake.requests) == 1
+    assert fake.requests[0]["body"]["model"] == MODEL and fake.requests[0]["body"]["max_tokens"] == 4096
