@@ -439,3 +439,26 @@ def test_without_a_client_the_agent_uses_the_environment(monkeypatch):
         t = ClaudeAgent(tools=[sum_column])(TASK)
     assert t.answer == "The total is 1200." and len(fake.requests) == 1
     assert fake.requests[0]["body"]["model"] == MODEL and fake.requests[0]["body"]["max_tokens"] == 4096
+
+
+def test_what_tools_return_is_untrusted_for_the_learning_step():
+    "A ClaudeAgent trajectory says its observations came from tools: the gates treat them as untrusted data."
+    import json
+    from procmem.trust import run_texts
+    path = SHARED / "injection" / "benchmark_dev.jsonl"
+    if not path.exists():
+        pytest.skip(f"shared data absent: {path}")
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    attack = next(r["text"] for r in rows if r["label"] == 1 and r["standalone"] and len(r["text"]) < 400)
+
+    @beta_tool
+    def fetch_page(url: str) -> str:
+        """Fetch a web page.
+        Args:
+            url: the page"""
+        return attack
+    with scripted_anthropic([tool_use_reply(("fetch_page", {"url": "https://shop.example/help"})), text_reply("done")]) as fake:
+        t = ClaudeAgent(tools=[fetch_page], client=fake.client())(TASK)
+    assert t.source == "tool" and t.steps[0].observation == attack
+    assert run_texts(t) == {"trusted": [TASK], "untrusted": [attack]}
+    assert result_text(tool_results(fake.requests[1])[0]) == attack  # passed to the model as a tool result, unchanged
