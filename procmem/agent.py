@@ -164,7 +164,7 @@ def call(self: _Guarded, input):
         raise _tool_error()(_with_warning(done.content, done.warning))
     return _with_warning(done.content, done.warning)
 
-# %% ../nbs/20_agent.ipynb #49a743c7
+# %% ../nbs/20_agent.ipynb #1511b30d
 MODES = ("inject", "tool")
 MAX_PAUSES = 10  # paused turns (pause_turn, a server tool's long turn) resumed beyond the rounds
 TOOL_MODE_SYSTEM = (  # added to the system prompt in "tool" mode
@@ -184,7 +184,7 @@ class ClaudeAgent:
         system: str | None = None,  # the system prompt (the memory block is appended in "inject")
         mode: str = "inject",  # "inject": memory in the prompt; "tool": memory behind recall_memory
         store=None,  # the MemoryStore the recall tool reads ("tool" mode)
-        max_tool_rounds: int = 20,  # circuit breaker: tool rounds per run
+        max_tool_rounds: int = 20,  # circuit breaker: tool rounds per run (one reply's calls each)
         budget_usd: float | None = 1.0,  # circuit breaker: USD per run (None: no spend limit)
         max_tokens: int = 4096,  # max_tokens of each request
         client=None,  # an `anthropic.Anthropic` client (None: one from the environment)
