@@ -164,7 +164,7 @@ def call(self: _Guarded, input):
         raise _tool_error()(_with_warning(done.content, done.warning))
     return _with_warning(done.content, done.warning)
 
-# %% ../nbs/20_agent.ipynb #1511b30d
+# %% ../nbs/20_agent.ipynb #8e5c5da2
 MODES = ("inject", "tool")
 MAX_PAUSES = 10  # paused turns (pause_turn, a server tool's long turn) resumed beyond the rounds
 TOOL_MODE_SYSTEM = (  # added to the system prompt in "tool" mode
@@ -192,7 +192,7 @@ class ClaudeAgent:
         domain: str | None = None,  # the recall tool's domain filter ("tool" mode)
         k: int = 5,  # memories the recall tool shows ("tool" mode)
         memory_tool_names=("recall_memory",),  # which memory tools the agent gets ("tool" mode)
-        memory_tools=None,  # memory_tools(store, domain=, k=, allow=) -> toolkit (None: procmem.tools')
+        memory_tools=None,  # fn(store, domain=, k=, allow=, exclude_ids=) -> tools (procmem.tools')
         request_kw: dict | None = None,  # more tool_runner arguments (temperature, thinking, ...)
     ):
         self.model, self.tools, self.system, self.mode = (
