@@ -81,7 +81,7 @@ def _path_trick(path) -> str | None:
         return "it contains a '.' segment"
     return None
 
-# %% ../nbs/19a_memory_tool.ipynb #7f42bdab
+# %% ../nbs/19a_memory_tool.ipynb #d6bbf31a
 def _shape(path: str) -> list[str]:
     "The names below /memories in `path` (0 to 2); `MemoryPathError` when its shape is wrong."
     body = path[:-1] if path.endswith("/") and len(path) > 1 else path
@@ -96,6 +96,9 @@ def _shape(path: str) -> list[str]:
         )
     if len(parts) == 4 and body != path:
         raise MemoryPathError(path, "a file path cannot end with '/'")
+    if len(parts) == 3 and parts[2].endswith(".md"):
+        why = "a file lives one directory down, in its domain: /memories/<directory>/<name>.md"
+        raise MemoryPathError(path, why)
     return parts[2:]
 
 
@@ -212,7 +215,7 @@ def memory_markdown(item: MemoryItem) -> str:  # the memory to show
     lines += ["## Steps", *_shown(item.content), "", "## Tags", tags, "", "## Kind", kind]
     return "\n".join(lines) + "\n"
 
-# %% ../nbs/19a_memory_tool.ipynb #76da2159
+# %% ../nbs/19a_memory_tool.ipynb #f390d59c
 def _sections(lines: list[str]) -> dict:
     "{'': the lines before any section, 'steps': ..., 'tags': ..., 'kind': ...} of a file."
     out, cur = {"": []}, ""
@@ -233,16 +236,24 @@ def _block(lines: list[str]) -> str:
     return "\n".join(l.rstrip() for l in lines).strip("\n")
 
 
-def _title_and_rest(text: str) -> tuple[str, list[str]]:
-    "(the title, the lines after it); the first non-blank line must be '# <title>'."
+def _title_and_rest(text: str, title: str | None) -> tuple[str, list[str]]:
+    "(the title, the lines after it): the first non-blank line '# <title>', else `title` if given."
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     while lines and not lines[0].strip():
         lines.pop(0)
-    if not lines or not lines[0].startswith("# ") or not lines[0][2:].strip():
-        raise ValueError("the first line must be the title, as '# <title>'")
-    return lines[0][2:].strip(), lines[1:]
+    if lines and lines[0].startswith("# ") and lines[0][2:].strip():
+        return lines[0][2:].strip(), lines[1:]
+    if title:
+        return title, lines
+    raise ValueError("the first line must be the title, as '# <title>'")
 
-# %% ../nbs/19a_memory_tool.ipynb #3b51adb0
+
+def _head_parts(head: str) -> tuple[str, str]:
+    "(description, content) of the text before any section of a file without '## Steps'."
+    first, _, rest = head.partition("\n\n")
+    return (first, rest) if rest.strip() else ("", first)
+
+# %% ../nbs/19a_memory_tool.ipynb #fdd70780
 def _kind(lines: list[str]) -> str | None:
     "The source type a `## Kind` section names (None: none given)."
     word = _block(lines).casefold()
@@ -253,27 +264,25 @@ def _kind(lines: list[str]) -> str | None:
     return _KINDS[word]
 
 
-def parse_memory_markdown(text: str) -> dict:  # a memory file's text
+def parse_memory_markdown(
+    text: str,  # a memory file's text
+    title: str | None = None,  # the title when the text has no '# <title>' line (None: required)
+) -> dict:
     """The fields of a memory file: title, description, content, tags and source_type (None when
     it has no `## Kind`); `ValueError` saying what is wrong."""
     if not isinstance(text, str):
         raise ValueError(f"a memory file is text, got {type(text).__name__}")
-    title, rest = _title_and_rest(text)
+    title, rest = _title_and_rest(text, title)
     sec = _sections(rest)
     head = _block(sec[""])
-    if "steps" in sec:
-        description, content = head, _block(sec["steps"])
-    else:  # no '## Steps': the first paragraph describes, the rest is the procedure
-        description, _, content = head.partition("\n\n")
+    description, content = (head, _block(sec["steps"])) if "steps" in sec else _head_parts(head)
     tags = [t.strip().lstrip("#").strip() for t in re.split(r"[,\n]", _block(sec.get("tags", [])))]
-    tags = list(dict.fromkeys(t for t in tags if t))
-    kind = _kind(sec.get("kind", []))
     return dict(
         title=title,
         description=description.strip(),
         content=content.strip("\n"),
-        tags=tags,
-        source_type=kind,
+        tags=list(dict.fromkeys(t for t in tags if t)),
+        source_type=_kind(sec.get("kind", [])),
     )
 
 # %% ../nbs/19a_memory_tool.ipynb #a6e6a5c5
@@ -548,7 +557,7 @@ def _reasons_text(reasons) -> str:
     out = [neutralize_text(_QUOTED.sub("…", str(r)))[:160] for r in list(reasons)[:3]]
     return "; ".join(out) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
 
-# %% ../nbs/19a_memory_tool.ipynb #657ccf7b
+# %% ../nbs/19a_memory_tool.ipynb #d9940c51
 _FORMAT_HINT = (
     "A memory file is markdown: '# <title>', a line saying when it applies, '## Steps' and the "
     "steps, '## Tags' and comma-separated tags, '## Kind' and strategy, pitfall or insight."
@@ -585,7 +594,7 @@ def _domain_of(self: ProcmemMemoryTool, d: str, path: str) -> str:
 def _new_item(self: ProcmemMemoryTool, text: str, domain: str, name: str, path: str) -> MemoryItem:
     "The memory a new file's text describes; `ToolError` saying what is wrong."
     try:
-        fields = parse_memory_markdown(text)
+        fields = parse_memory_markdown(text, title=" ".join(re.split(r"[-_]+", name)).capitalize())
         kind = fields.pop("source_type") or "success"
         prov = dict(by=self.by, via="memory tool")
         extra = {_NAME_KEY: name}
@@ -657,7 +666,7 @@ def _create(self: ProcmemMemoryTool, command) -> str:
     r = admit_memory(item, self.store, trust=self.trust, source="agent")
     return self._created(command.path, item, r)
 
-# %% ../nbs/19a_memory_tool.ipynb #a9db949f
+# %% ../nbs/19a_memory_tool.ipynb #9c85c1d7
 _EDITABLE = ("title", "description", "content", "tags", "domain", "source_type")
 
 
@@ -669,7 +678,8 @@ def _editable(m: MemoryItem) -> dict:
 def _edited(path: str, old: MemoryItem, text: str) -> MemoryItem:
     "`old` with the fields of the edited text (a field shown unchanged keeps its stored value)."
     try:
-        fields, shown = parse_memory_markdown(text), parse_memory_markdown(memory_markdown(old))
+        fields = parse_memory_markdown(text)
+        shown = parse_memory_markdown(memory_markdown(old))
         keys = ("title", "description", "content", "tags")
         vals = {k: getattr(old, k) if fields[k] == shown[k] else fields[k] for k in keys}
         kind = fields["source_type"]

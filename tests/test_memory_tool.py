@@ -623,3 +623,20 @@ def test_claude_agent_uses_claude_memory_tool_over_the_bank():
     assert traj.metadata["recalled_ids"] == [first.id]
     results = fake.requests[2]["body"]["messages"][-1]["content"]
     assert [bool(b.get("is_error")) for b in results] == [False, True]
+
+
+def test_plain_notes_are_taken_and_a_root_level_file_is_pointed_to_a_directory():
+    store = MemoryStore(None)
+    tool = ProcmemMemoryTool(store, new_id=_ids())
+    with pytest.raises(MemoryPathError, match="one directory down"):
+        tool.call(dict(command="create", path="/memories/progress.md", file_text=LOGIN))
+    notes = ("- Sign in before you open the cart page of the shop.\n"
+             "- Compare the cart total with the order summary before paying.\n")
+    p = "/memories/web/checkout_tips.md"
+    assert tool.call(dict(command="create", path=p, file_text=notes)) == f"File created successfully at: {p}"
+    m = store.get("mem-1")
+    assert (m.title, m.description, m.content) == ("Checkout tips", "", notes.strip())
+    # an edit must keep the title line: removing it is refused, the memory untouched
+    with pytest.raises(ToolError, match="'# <title>'"):
+        tool.call(dict(command="str_replace", path=p, old_str="# Checkout tips", new_str="Checkout tips"))
+    assert store.get("mem-1") == m
