@@ -499,7 +499,7 @@ def _terms(self: BM25Index, plan: list, avg: dict) -> list:
 def _first_desc(x):
     return -x[0]
 
-# %% ../nbs/03_index.ipynb #bdb7713d
+# %% ../nbs/03_index.ipynb #56fc3095
 @patch
 def _live(self: BM25Index, docs: np.ndarray, filters: dict) -> np.ndarray:
     "The base numbers in `docs` that are live and pass `filters`."
@@ -512,6 +512,13 @@ def _live(self: BM25Index, docs: np.ndarray, filters: dict) -> np.ndarray:
         if len(codes) < len(self._base.kwvals[k]):  # a filter every value passes costs nothing
             docs = docs[np.isin(self._base.kw[k][docs], codes)]
     return docs
+
+
+@patch
+def _none_pass(self: BM25Index, filters: dict) -> bool:
+    """Whether a filter allows no value the base holds: then no base document can match (and the
+    rank-safe search, which has no candidate to bound the others with, need not score any)."""
+    return any(not allowed.intersection(self._base.kwvals[k]) for k, allowed in filters.items())
 
 
 @patch
@@ -610,7 +617,7 @@ def _finish(
     cands = np.sort(cands)
     return cands, acc[cands]
 
-# %% ../nbs/03_index.ipynb #2eabcf24
+# %% ../nbs/03_index.ipynb #19d4a391
 @patch
 def _base_scores(
     self: BM25Index, plan: list, avg: dict, k: int, filters: dict, ov_scores: dict
@@ -618,7 +625,7 @@ def _base_scores(
     """Base documents (numbers) that can reach the top k, with their exact scores (rank-safe
     MaxScore)."""
     terms = self._terms(plan, avg)
-    if not terms:
+    if not terms or self._none_pass(filters):  # e.g. a namespace with no memory in the base
         return np.zeros(0, np.int64), np.zeros(0)
     rest = np.cumsum([t[0] for t in terms][::-1])[::-1].tolist() + [0.0]  # bound of terms m..
     best_ov = sorted(ov_scores.values(), reverse=True)[:k]
