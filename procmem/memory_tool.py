@@ -525,7 +525,7 @@ def _lines(item: MemoryItem) -> list[str]:
     "The lines of `item`'s file (the numbering every command uses)."
     return memory_markdown(item).rstrip("\n").split("\n")
 
-# %% ../nbs/19a_memory_tool.ipynb #41024660
+
 @patch
 def _view(self: ProcmemMemoryTool, command) -> str:
     "`view`: a directory listing, or a file with line numbers."
@@ -689,7 +689,7 @@ def _edited(path: str, old: MemoryItem, text: str) -> MemoryItem:
         why = neutralize_text(str(e))[:300]
         raise ToolError(f"No change was made to {path}: {why}. {_FORMAT_HINT}") from e
 
-# %% ../nbs/19a_memory_tool.ipynb #5859003a
+
 def _held_copy(cand: MemoryItem, old: MemoryItem, id: str) -> MemoryItem:
     "A refused edit's text as a new memory (id `id`) pointing at the memory it would have changed."
     keys = ("title", "description", "content", "tags", "source_type", "domain", "task_query")
