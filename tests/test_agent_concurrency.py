@@ -1,0 +1,366 @@
+"""Several PROCESSES writing one store at once through the agent-facing write paths of issue 10:
+`procmem.tools.record`, `procmem.notes.memory_action`, Claude's memory tool (`ProcmemMemoryTool`) and
+`Session.reflect`. Exact counts, nothing acknowledged lost, no duplicates, per-target character
+budgets never exceeded when two adds race for the last of it, replace racing remove on one entry
+consistent with what each side was told, concurrent edits of one memory file never losing an
+acknowledged edit, and a SIGKILL in the middle of memory-tool writes leaving a store that opens
+with every acknowledged write."""
+import json, multiprocessing as mp, os, random, signal, subprocess, sys, textwrap, threading, time
+from pathlib import Path
+
+import fastcore.test as ft
+import pytest
+
+from procmem.core import MemoryItem
+from procmem.store import MemoryStore
+
+CTX = mp.get_context("forkserver")  # one clean server process imports procmem once; children fork from it
+CTX.set_forkserver_preload(["procmem.store", "procmem.tools", "procmem.notes", "procmem.memory_tool", "procmem.session"])
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _words(n: int, seed: int = 0) -> list[str]:
+    "n distinct made-up words (three syllables): items built from them share no meaning words."
+    rng, out = random.Random(seed), set()
+    while len(out) < n:
+        out.add("".join(rng.choice("bdfgklmnprstvz") + rng.choice("aeiou") for _ in range(3)))
+    return sorted(out)
+
+
+W = _words(2000)  # [0:600] record items, [600:1500] facts, [1500:] valves, [1600:] learnings
+
+
+def _proc(w: int, i: int) -> dict:
+    "The record arguments of item i of worker w: three words no other item uses."
+    a, b, c = W[3 * (w * 40 + i): 3 * (w * 40 + i) + 3]
+    return dict(title=f"Calibrate the {a} {b} gauge", description=f"When the {c} reading drifts.",
+                content=f"1. Open the {a} panel\n2. Check the {b} dial against the {c} scale\n3. Save the calibration report")
+
+
+def _run(procs, timeout=120):
+    for p in procs:
+        p.start()
+    deadline = time.time() + timeout
+    for p in procs:
+        p.join(max(1, deadline - time.time()))
+    alive = [p for p in procs if p.is_alive()]
+    for p in alive:
+        p.kill()
+    assert not alive, f"{len(alive)} processes still running after {timeout}s"
+    ft.test_eq([p.exitcode for p in procs], [0] * len(procs))
+
+
+def _out(path, data):
+    Path(path).write_text(json.dumps(data))
+
+
+# ---- tools.record from 4 processes
+def _recorder(db, w, n, barrier, out):
+    from procmem.tools import record
+    s = MemoryStore(db)
+    barrier.wait(timeout=60)
+    acks = []
+    for i in range(n):
+        r = record(s, **_proc(w, i), tags=[f"w{w}"], by=f"worker{w}")
+        acks.append([r.action, r.item.id if r.item is not None else None])
+    same = record(s, **_proc(4, 39), by=f"worker{w}")  # the same procedure from every process, last
+    _out(out, dict(acks=acks, same=[same.action, same.item.id if same.item is not None else None]))
+
+
+def test_record_from_four_processes_loses_and_duplicates_nothing(tmp_path):
+    """4 processes x 15 distinct procedures, then the same procedure from all 4: every distinct one
+    stored once with the id each was told, the shared one stored once and everyone told its id."""
+    db, n_w, n = tmp_path / "r.db", 4, 12
+    MemoryStore(db).close()
+    barrier = CTX.Barrier(n_w)
+    outs = [tmp_path / f"o{w}.json" for w in range(n_w)]
+    _run([CTX.Process(target=_recorder, args=(str(db), w, n, barrier, str(outs[w]))) for w in range(n_w)])
+    res = [json.loads(o.read_text()) for o in outs]
+    acks = [a for r in res for a in r["acks"]]
+    ft.test_eq({a for a, _ in acks}, {"add"})  # distinct procedures: each one stored
+    s = MemoryStore(db)
+    items = [m for m in s.items() if m.title != _proc(4, 39)["title"]]
+    ft.test_eq(len(items), n_w * n)
+    ft.test_eq({m.id for m in items}, {i for _, i in acks})
+    ft.test_eq(len({m.fingerprint for m in items}), n_w * n)
+    (same,) = [m for m in s.items() if m.title == _proc(4, 39)["title"]]
+    ft.test_eq({r["same"][1] for r in res}, {same.id})  # everyone was told the one id
+    assert {r["same"][0] for r in res} <= {"add", "merge", "skip"}, res  # (a racing twin may say 'add')
+    ft.test_eq(s.check(), [])
+    for w in range(n_w):  # each worker's texts are there, word for word
+        mine = {m.title for m in items if m.provenance.get("by") == f"worker{w}"}
+        ft.test_eq(mine, {_proc(w, i)["title"] for i in range(n)})
+    ft.test_eq(len(s.events(kind="tool.record")), n_w * (n + 1))
+
+
+# ---- memory_action: adds racing for the last of a target's budget
+FACTS = [f"The {a} team reviews the {b} sheet every {c} morning." for a, b, c in zip(W[600:900], W[900:1200], W[1200:1500])]
+
+
+def _adder(db, w, barrier, out, targets):
+    from procmem.notes import memory_action
+    s = MemoryStore(db)
+    answers = []
+    for r, target in enumerate(targets):
+        barrier.wait(timeout=60)
+        answers.append(memory_action(s, "add", target=target, content=FACTS[100 + r * 10 + w]))
+        barrier.wait(timeout=60)
+    _out(out, answers)
+
+
+def _chars(s, domain) -> int:
+    return sum(len(m.content) for m in s.items() if m.domain == domain)
+
+
+def test_adds_racing_for_the_last_budget(tmp_path):
+    """Each target is filled to within one fact of its budget; 3 processes add one fact each at the
+    same instant (a round per target): exactly one is stored, the budget holds, the others are told
+    'refused'."""
+    from procmem.notes import memory_action, MEMORY_TARGETS, TARGET_BUDGETS
+    db, n_w, targets = tmp_path / "b.db", 3, ["user", "memory"]
+    s = MemoryStore(db)
+    size = len(FACTS[100])
+    k = 0
+    for target in targets:
+        budget, domain = TARGET_BUDGETS[target], MEMORY_TARGETS[target]
+        while _chars(s, domain) + len(FACTS[k]) <= budget - size:
+            assert memory_action(s, "add", target=target, content=FACTS[k]).startswith("added"), FACTS[k]
+            k += 1
+        assert size <= budget - _chars(s, domain) < 2 * size, (target, budget - _chars(s, domain), size)
+    assert k < 100
+    start = {m.id for m in s.items()}
+    barrier = CTX.Barrier(n_w)
+    outs = [tmp_path / f"a{w}.json" for w in range(n_w)]
+    _run([CTX.Process(target=_adder, args=(str(db), w, barrier, str(outs[w]), targets)) for w in range(n_w)])
+    answers = [json.loads(o.read_text()) for o in outs]
+    for r, target in enumerate(targets):
+        domain = MEMORY_TARGETS[target]
+        told = [a[r] for a in answers]
+        new = [m for m in s.items() if m.id not in start and m.domain == domain]
+        assert _chars(s, domain) <= TARGET_BUDGETS[target], (target, _chars(s, domain))
+        ft.test_eq(len(new), 1)
+        ft.test_eq(sum(a.startswith("added") for a in told), 1)
+        assert all(a.startswith(("added", "refused")) for a in told), told
+    ft.test_eq(s.check(), [])
+
+
+# ---- replace racing remove on one entry
+def _answer(fn, *args, **kw) -> str:
+    "The answer, or 'conflict: ...' when the entry changed under the call (nothing was written)."
+    from procmem.store import StoreConflictError
+    try:
+        return fn(*args, **kw)
+    except StoreConflictError as e:
+        return f"conflict: {e}"
+
+
+def _replacer(db, barrier, out, rounds):
+    from procmem.notes import memory_action
+    s = MemoryStore(db)
+    got = []
+    for r in range(rounds):
+        barrier.wait(timeout=60)
+        got.append(_answer(memory_action, s, "replace", old_text=FACTS[r], content=FACTS[200 + r]))
+        barrier.wait(timeout=60)
+    _out(out, got)
+
+
+def _remover(db, barrier, out, rounds):
+    from procmem.notes import memory_action
+    s = MemoryStore(db)
+    got = []
+    for r in range(rounds):
+        barrier.wait(timeout=60)
+        got.append(_answer(memory_action, s, "remove", old_text=FACTS[r], reason="race"))
+        barrier.wait(timeout=60)
+    _out(out, got)
+
+
+def test_replace_racing_remove_is_consistent_with_what_each_was_told(tmp_path):
+    from procmem.notes import memory_action
+    db, rounds = tmp_path / "rr.db", 8
+    s = MemoryStore(db)
+    for r in range(rounds):
+        assert memory_action(s, "add", content=FACTS[r]).startswith("added")
+    barrier = CTX.Barrier(2)
+    _run([CTX.Process(target=_replacer, args=(str(db), barrier, str(tmp_path / "rep.json"), rounds)),
+          CTX.Process(target=_remover, args=(str(db), barrier, str(tmp_path / "rem.json"), rounds))])
+    rep = json.loads((tmp_path / "rep.json").read_text())
+    rem = json.loads((tmp_path / "rem.json").read_text())
+    active = [m.content for m in s.items()]
+    archived = [m.content for m in s.items("archived")]
+    print("replace/remove race:", [(a[:9], b[:9]) for a, b in zip(rep, rem)])
+    for r in range(rounds):
+        replaced, removed = rep[r].startswith("replaced"), rem[r].startswith("removed")
+        assert replaced != removed, (r, rep[r], rem[r])  # exactly one of them wins
+        if replaced:
+            assert FACTS[200 + r] in active and FACTS[r] not in active, r
+        else:
+            assert FACTS[r] in archived and FACTS[200 + r] not in active and FACTS[r] not in active, r
+    ft.test_eq(s.check(), [])
+
+
+# ---- Claude's memory tool: concurrent creates and edits of one file
+SHARED = "/memories/plant/valves.md"
+
+
+def _valve_file(n_w: int, k: int) -> str:
+    lines = [f"{j + 1}. Set the {W[1500 + j]} valve: open" for j in range(n_w * k)]
+    return "# Check every valve of the cooling loop\nAt each shift change.\n\n## Steps\n" + "\n".join(lines) + "\n"
+
+
+def _mt_worker(db, w, n_w, k, n_files, barrier, out):
+    from anthropic.lib.tools import ToolError
+    from procmem.memory_tool import ProcmemMemoryTool
+    s = MemoryStore(db)
+    tool = ProcmemMemoryTool(s)
+    barrier.wait(timeout=60)
+    created, edited, errors = [], [], []
+    for i in range(n_files):
+        p = _proc(w, i)
+        path = f"/memories/plant/w{w}-{i}.md"
+        try:
+            tool.call(dict(command="create", path=path, file_text=f"# {p['title']}\n{p['description']}\n\n"
+                                                                      f"## Steps\n{p['content']}\n"))
+            created.append(path)
+        except ToolError as e:
+            errors.append(str(e)[:200])
+        j = w * k + i if i < k else None
+        for _ in range(20 if j is not None else 0):  # edit my own line of the shared file, retrying a conflict
+            try:
+                tool.call(dict(command="str_replace", path=SHARED, old_str=f"Set the {W[1500 + j]} valve: open",
+                               new_str=f"Set the {W[1500 + j]} valve: closed"))
+                edited.append(j)
+                break
+            except ToolError as e:
+                if "changed meanwhile" not in str(e) and "did not appear" not in str(e):
+                    errors.append(str(e)[:200])
+                    break
+    _out(out, dict(created=created, edited=edited, errors=errors))
+
+
+def test_memory_tool_from_three_processes(tmp_path):
+    """3 processes create 6 files each and edit their own lines of ONE shared file at the same time
+    (every edit is a read-modify-write of the whole memory): every acknowledged create is listed,
+    every acknowledged edit is in the file, no line another process owned was touched."""
+    from procmem.memory_tool import ProcmemMemoryTool
+    db, n_w, k, n_files = tmp_path / "mt.db", 3, 4, 6
+    tool = ProcmemMemoryTool(MemoryStore(db))
+    tool.call(dict(command="create", path=SHARED, file_text=_valve_file(n_w, k)))
+    barrier = CTX.Barrier(n_w)
+    outs = [tmp_path / f"m{w}.json" for w in range(n_w)]
+    _run([CTX.Process(target=_mt_worker, args=(str(db), w, n_w, k, n_files, barrier, str(outs[w])))
+          for w in range(n_w)])
+    res = [json.loads(o.read_text()) for o in outs]
+    ft.test_eq([r["errors"] for r in res], [[]] * n_w)
+    fresh = ProcmemMemoryTool(MemoryStore(db))
+    listing = fresh.call(dict(command="view", path="/memories/plant"))
+    for r in res:
+        ft.test_eq(len(r["created"]), n_files)
+        for path in r["created"]:
+            assert path in listing, path
+        ft.test_eq(sorted(r["edited"]), sorted(set(r["edited"])))
+    text = fresh.call(dict(command="view", path=SHARED))
+    done = {j for r in res for j in r["edited"]}
+    ft.test_eq(done, set(range(n_w * k)))  # with retries, every edit lands
+    for j in range(n_w * k):
+        assert f"Set the {W[1500 + j]} valve: closed" in text, (j, text)
+    ft.test_eq(len(MemoryStore(db)), 1 + n_w * n_files)
+    ft.test_eq(MemoryStore(db).check(), [])
+
+
+# ---- Session.reflect from 3 processes
+def _reflector(db, w, barrier, out):
+    from procmem.session import Session
+    s = Session(MemoryStore(db), domain="plant", by=f"session{w}", task=f"Shift {w} checklist")
+    for t in _learnings(w):
+        s.learn(t)
+    barrier.wait(timeout=60)
+    res = s.reflect()
+    _out(out, [[r.action, r.stored.id if r.stored is not None else None] for r in res])
+
+
+def _learnings(w: int) -> list[str]:
+    shared = [f"Before restarting the {W[1600 + j]} pump, bleed the {W[1610 + j]} line and check the {W[1620 + j]} "
+              "seal." for j in range(3)]
+    mine = [f"When the {W[1630 + w * 3 + j]} alarm sounds, read the {W[1650 + w * 3 + j]} meter and log the "
+            f"{W[1670 + w * 3 + j]} value." for j in range(3)]
+    return shared + mine
+
+
+def test_session_reflect_from_three_processes_stores_each_learning_once(tmp_path):
+    db, n_w = tmp_path / "ses.db", 3
+    MemoryStore(db).close()
+    barrier = CTX.Barrier(n_w)
+    outs = [tmp_path / f"r{w}.json" for w in range(n_w)]
+    _run([CTX.Process(target=_reflector, args=(str(db), w, barrier, str(outs[w]))) for w in range(n_w)])
+    s = MemoryStore(db)
+    contents = [m.content for m in s.items()]
+    wanted = sorted({t for w in range(n_w) for t in _learnings(w)})
+    ft.test_eq(sorted(contents), wanted)  # each learning once: the shared ones not duplicated
+    acks = [i for o in outs for _, i in json.loads(o.read_text()) if i]
+    assert set(acks) <= {m.id for m in s.items()}, acks
+    ft.test_eq(s.check(), [])
+
+
+# ---- SIGKILL in the middle of memory-tool writes
+WRITER = textwrap.dedent("""
+    import sys
+    from procmem.store import MemoryStore
+    from procmem.memory_tool import ProcmemMemoryTool
+    words = sys.argv[2].split(",")
+    tool = ProcmemMemoryTool(MemoryStore(sys.argv[1]))
+    i = 0
+    while True:
+        a, b, c = words[(3 * i) % len(words)], words[(3 * i + 1) % len(words)], words[(3 * i + 2) % len(words)]
+        path = f"/memories/crash/f{i}.md"
+        tool.call(dict(command="create", path=path, file_text=f"# Calibrate the {a} {b} gauge {i}\\nWhen the {c} "
+                       f"reading drifts.\\n\\n## Steps\\n1. Open the {a} panel\\n2. Check the {b} dial\\n3. Log the {c} value\\n"))
+        print("C", path, flush=True)
+        if i:
+            prev = f"/memories/crash/f{i - 1}.md"
+            tool.call(dict(command="str_replace", path=prev, old_str="3. Log the", new_str="3. Write down the"))
+            print("E", prev, flush=True)
+        i += 1
+""")
+
+
+def test_sigkill_during_memory_tool_writes_keeps_every_acknowledged_write(tmp_path):
+    from procmem.memory_tool import ProcmemMemoryTool
+    db = tmp_path / "k.db"
+    MemoryStore(db).close()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    lines = []
+    for round_ in range(3):
+        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(db), ",".join(W[:300])], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
+        got = []
+        t = threading.Thread(target=lambda: got.extend(line.strip() for line in proc.stdout), daemon=True)
+        t.start()
+        deadline = time.time() + 60
+        want = random.Random(round_).randrange(5, 25)
+        while len(got) < want and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.01)
+        time.sleep(random.Random(round_).random() * 0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        t.join(10)
+        assert proc.returncode == -signal.SIGKILL, proc.stderr.read()[-500:]
+        assert got, proc.stderr.read()[-500:]
+        lines = got
+        s = MemoryStore(db)  # opens cleanly after the kill
+        ft.test_eq(s.check(), [])
+        tool = ProcmemMemoryTool(s)
+        for line in lines:
+            kind, path = line.split(" ", 1)
+            text = tool.call(dict(command="view", path=path))
+            if kind == "E":
+                assert "Write down the" in text, (path, text)
+        s.close()
+        # the next round's writer starts at f0 again: files exist -> create refuses; move them aside
+        MemoryStore(db).close()
+        os.replace(db, tmp_path / f"k{round_}.db")
+        for ext in ("-wal", "-shm"):
+            if Path(str(db) + ext).exists():
+                os.replace(str(db) + ext, str(tmp_path / f"k{round_}.db") + ext)
+        MemoryStore(db).close()
