@@ -333,3 +333,137 @@ def test_add_with_another_namespaces_id_never_touches_it(bank, tmp_path):
     except (ValueError, StoreError):
         pass
     ft.test_eq([r for r in _rows(p) if r[0] in bank["ids"][b]], theirs)
+
+
+# ---- the agent-facing entry points of issue 10
+def _foreign_hits(text: str, bank, ns) -> list:
+    "The other namespaces' unique titles and ids that appear in `text`."
+    return [t for t in _foreign_titles(bank, ns) if t in text] + [i for i in _others(bank, ns) if i in text]
+
+
+def test_tools_recall_and_the_toolkit_never_cross(bank, tmp_path):
+    import shutil
+    tools = _need("procmem.tools")
+    p = tmp_path / "t.db"
+    shutil.copy(bank["path"], p)
+    base = MemoryStore(p)  # bound to the default namespace: the toolkit rebinds it
+    for ns in bank["names"]:
+        kit = tools.memory_tools(base, namespace=ns, k=10, max_chars=20000)
+        ft.test_eq(kit.store.namespace, ns)
+        recall_tool = next(t for t in kit if t.name == "recall_memory")
+        for q in bank["queries"][:10] + _foreign_titles(bank, ns)[:6]:
+            r = tools.recall(MemoryStore(p, namespace=ns), q, k=10, max_chars=20000)
+            assert set(r.ids) <= bank["ids"][ns], (ns, q)
+            ft.test_eq(_foreign_hits(r.text, bank, ns), [])
+            text = str(recall_tool.call({"query": q}))
+            ft.test_eq(_foreign_hits(text, bank, ns), [])
+        assert set(kit.recalled_ids) <= bank["ids"][ns]
+        assert kit.recalled_ids, ns  # it did recall its own
+
+
+def test_toolkit_writes_by_foreign_id_are_refused(bank, tmp_path):
+    import shutil
+    tools = _need("procmem.tools")
+    notes = _need("procmem.notes")
+    p = tmp_path / "w.db"
+    shutil.copy(bank["path"], p)
+    a, b = bank["names"][1], bank["names"][2]
+    victim = sorted(MemoryStore(p, namespace=b).items(), key=lambda m: m.id)[0]
+    before = _rows(p)
+    sa = MemoryStore(p, namespace=a)
+    for target in ("memory", "user"):
+        for action, kw in (("remove", {}), ("replace", {"content": "Reports are due on the first working day."})):
+            answer = notes.memory_action(sa, action, target=target, id=victim.id, **kw)
+            assert answer.startswith("refused"), answer
+            answer = notes.memory_action(sa, action, target=target, old_text=victim.content, **kw)
+            assert answer.startswith("refused"), answer
+            assert victim.title not in answer and victim.content[:30] not in answer, answer
+    ft.test_eq(_rows(p), before)
+
+
+def _view_or_withheld(tool, path) -> str:
+    "The file's view, or '' when procmem's read check withholds it (a WebArena task can read as an instruction)."
+    from anthropic.lib.tools import ToolError
+    try:
+        return tool.call(dict(command="view", path=path))
+    except ToolError as e:
+        assert "withheld" in str(e), str(e)
+        return ""
+
+
+def test_memory_tool_view_never_crosses(bank, tmp_path):
+    import shutil
+    mt = _need("procmem.memory_tool")
+    from anthropic.lib.tools import ToolError
+    p = tmp_path / "v.db"
+    shutil.copy(bank["path"], p)
+    paths = {}
+    for ns in bank["names"]:
+        tool = mt.ProcmemMemoryTool(MemoryStore(p), namespace=ns)
+        listing = tool.call(dict(command="view", path="/memories"))
+        paths[ns] = re.findall(r"\t(/memories/\S+\.md)$", listing, re.M)
+        ft.test_eq(len(paths[ns]), len(bank["ids"][ns]))
+        shown = "\n".join([listing] + [_view_or_withheld(tool, x) for x in paths[ns]])
+        ft.test_eq(_foreign_hits(shown, bank, ns), [])
+        assert set(tool.recalled_ids) <= bank["ids"][ns]
+    before = _rows(p)
+    a, b = bank["names"][1], bank["names"][2]
+    tool = mt.ProcmemMemoryTool(MemoryStore(p), namespace=a)
+    only_b = [x for x in paths[b] if x not in paths[a]]
+    assert only_b
+    for x in only_b:  # a path only the other tenant has: not found, and nothing moves
+        for cmd in (dict(command="view", path=x), dict(command="delete", path=x),
+                    dict(command="str_replace", path=x, old_str="Open", new_str="Close"),
+                    dict(command="insert", path=x, insert_line=1, insert_text="5. again"),
+                    dict(command="rename", old_path=x, new_path="/memories/general/stolen.md")):
+            with pytest.raises(ToolError):
+                tool.call(cmd)
+    ft.test_eq(_rows(p), before)
+
+
+def test_session_seed_and_reflect_stay_in_their_namespace(bank, tmp_path):
+    import shutil
+    session = _need("procmem.session")
+    p = tmp_path / "s.db"
+    shutil.copy(bank["path"], p)
+    a = bank["names"][3]
+    domains = {m.domain for m in MemoryStore(p, namespace=a).items()}
+    for d in domains:
+        s = session.Session.resume(MemoryStore(p), domain=d, namespace=a)
+        assert {m.id for m in s.seeded} <= bank["ids"][a]
+        ft.test_eq(_foreign_hits(s.seed_text(), bank, a), [])
+    s = session.Session(MemoryStore(p), namespace=a, domain="shopping")
+    s.learn(bank["titles"][bank["names"][4]][0] + ": open the report page, filter by the month, then export the rows.")
+    s.reflect()
+    other = {m.id: m for m in MemoryStore(p, namespace=bank["names"][4]).items()}
+    ft.test_eq(set(other), bank["ids"][bank["names"][4]])  # nothing merged into or confirmed in the other tenant
+
+
+def test_skills_export_never_crosses(bank, tmp_path):
+    skills = _need("procmem.skills")
+    for ns in bank["names"]:
+        out = tmp_path / f"skills-{ns}"
+        store = MemoryStore(bank["path"], namespace=ns)
+        from procmem.trust import read_check
+        paths = skills.export_skills(store, out, min_confirmations=0)
+        ft.test_eq(len(paths), sum(not read_check(m, "", 0)[0] for m in store.items()))
+        assert paths, ns
+        text = "\n".join(x.read_text() for x in paths)
+        ft.test_eq(_foreign_hits(text, bank, ns), [])
+
+
+def test_skills_import_into_a_namespace_never_touches_another(bank, tmp_path):
+    "Skills exported from tenant b (ids and all) imported into tenant a: a gets copies, b is untouched."
+    import shutil
+    skills = _need("procmem.skills")
+    p = tmp_path / "i.db"
+    shutil.copy(bank["path"], p)
+    a, b = bank["names"][1], bank["names"][2]
+    out = tmp_path / "from-b"
+    skills.export_skills(MemoryStore(p, namespace=b), out)
+    theirs = [r for r in _rows(p) if r[0] in bank["ids"][b]]
+    skills.import_skills(out, MemoryStore(p, namespace=a))
+    ft.test_eq([r for r in _rows(p) if r[0] in bank["ids"][b]], theirs)
+    mine = list(MemoryStore(p, namespace=a).items())
+    assert all(m.namespace == a for m in mine)
+    assert not {m.id for m in mine} & bank["ids"][b]
