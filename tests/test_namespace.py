@@ -297,6 +297,11 @@ def test_add_restamps_and_update_keeps_the_namespace(tmp_path):
         bob = alice.in_namespace("bob")
         ft.test_eq((len(bob), bob.events()), (0, []))
         bob.close()
+        alice.export(tmp_path / "alice.json")
+    with MemoryStore(tmp_path / "other.db", namespace="bob") as bob:  # another tenant's file
+        ft.test_eq(bob.import_file(tmp_path / "alice.json"), dict(added=1, confirmed=0, unchanged=0))
+        ft.test_eq([(m.id, m.namespace) for m in bob], [("p1", "bob")])
+        ft.test_eq(bob.namespaces(), {"bob": 1})
 
 
 def test_dedup_gates_and_cap_count_per_namespace(tmp_path):
