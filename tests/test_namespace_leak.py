@@ -467,3 +467,48 @@ def test_skills_import_into_a_namespace_never_touches_another(bank, tmp_path):
     mine = list(MemoryStore(p, namespace=a).items())
     assert all(m.namespace == a for m in mine)
     assert not {m.id for m in mine} & bank["ids"][b]
+
+
+def _mcp_session(db, ns, steps, *extra):
+    "Start `python -m procmem.mcp_server --store db --namespace ns`, run `await steps(client)`, stop it."
+    mcp = pytest.importorskip("mcp")
+    _need("procmem.mcp_server")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCMEM_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    params = mcp.StdioServerParameters(command=sys.executable, env=env, cwd=str(ROOT),
+                                       args=["-m", "procmem.mcp_server", "--store", str(db), "--namespace", ns, *extra])
+
+    async def run():
+        async with mcp.Client(params) as client:
+            return await steps(client)
+    return asyncio.run(asyncio.wait_for(run(), 90))
+
+
+def _mcp_text(result) -> str:
+    return "\n".join(getattr(c, "text", "") for c in result.content)
+
+
+def test_mcp_recall_list_show_remove_never_cross(bank, tmp_path):
+    import shutil
+    p = tmp_path / "mcp.db"
+    shutil.copy(bank["path"], p)
+    for ns in bank["names"][1:3]:
+        foreign = sorted(_others(bank, ns))[:8]
+        queries = bank["queries"][:6] + _foreign_titles(bank, ns)[:4]
+
+        async def steps(c):
+            out = {"recall": [_mcp_text(await c.call_tool("recall", dict(query=q, k=20))) for q in queries]}
+            out["list"] = [_mcp_text(await c.call_tool("list", dict(limit=5, offset=o))) for o in range(0, 40, 5)]
+            out["show"] = [await c.call_tool("show", dict(id=i)) for i in foreign]
+            out["remove"] = [await c.call_tool("remove", dict(id=i, reason="leak test")) for i in foreign]
+            return out
+        before = _rows(p)
+        out = _mcp_session(p, ns, steps, "--allow-remove")
+        for text in out["recall"] + out["list"]:
+            ft.test_eq(_foreign_hits(text, bank, ns), [])
+        listed = set(re.findall(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "\n".join(out["list"])))
+        ft.test_eq(listed, bank["ids"][ns])  # pages cover exactly this tenant
+        for r, i in zip(out["show"] + out["remove"], foreign + foreign):
+            assert r.is_error, _mcp_text(r)  # the error names the id asked for, nothing of the other tenant
+            ft.test_eq(_foreign_hits(_mcp_text(r).replace(i, ""), bank, ns), [])
+        ft.test_eq([x for x in _rows(p) if x[0] not in bank["ids"][ns]], [x for x in before if x[0] not in bank["ids"][ns]])
