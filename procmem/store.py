@@ -1460,7 +1460,7 @@ def read_memory_file(path) -> list[MemoryItem]:
             raise StoreImportError(f"{path}: {where}: {e}") from None
     return items
 
-# %% ../nbs/02_store.ipynb #0f47cd4f
+# %% ../nbs/02_store.ipynb #4505f460
 @patch
 def import_file(
     self: MemoryStore,
@@ -1471,6 +1471,7 @@ def import_file(
     """Import a .json or .jsonl file in one transaction (all or nothing); returns
     added/confirmed/unchanged (/held) counts, and `updated` with `update=True`."""
     items = read_memory_file(path)  # StoreImportError before anything is written
+    _check_one_namespace(path, items)
     if not update:
         try:
             return self.add_many(items)
@@ -1486,8 +1487,19 @@ def import_file(
         counts = self._add_batch(c, rest)
     return dict(counts, updated=updated, unchanged=counts["unchanged"] + same)
 
-# %% ../nbs/02_store.ipynb #b0bfa428
+# %% ../nbs/02_store.ipynb #0f4f32aa
 _TEXT_FIELDS = ("title", "description", "content", "tags", "task_query", "domain", "source_type")
+
+
+def _check_one_namespace(path, items: list):
+    "Raise `StoreImportError` if the file mixes namespaces (an import restamps them all as one)."
+    found = sorted({it.namespace for it in items})
+    if len(found) > 1:
+        raise StoreImportError(
+            f"{path}: the file holds memories of {len(found)} namespaces ({', '.join(found[:5])}); "
+            "import each namespace's memories into its own store (MemoryStore(namespace=...)); "
+            "nothing was imported"
+        )
 
 
 def _check_unique_ids(path, items: list):

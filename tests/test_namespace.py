@@ -587,3 +587,22 @@ def test_id_lookups_use_the_primary_key(tmp_path):
     con.close()
     s.close()
     assert checked >= 6, checked
+
+
+def test_an_import_file_mixing_namespaces_is_refused(bank, tmp_path):
+    "An import restamps what it reads: a file holding two tenants' memories would merge them; refused whole."
+    path, expect = bank
+    with MemoryStore(path, namespace="alice", readonly=True) as alice:
+        alice.export(tmp_path / "alice.jsonl")
+        bob = alice.in_namespace("bob@example.com")
+        bob.export(tmp_path / "bob.jsonl")
+        bob.close()
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text((tmp_path / "alice.jsonl").read_text() + (tmp_path / "bob.jsonl").read_text())
+    with MemoryStore(tmp_path / "new.db", namespace="carol") as carol:
+        for update in (False, True):
+            ft.test_fail(lambda: carol.import_file(mixed, update=update),
+                         contains="holds memories of 2 namespaces (alice, bob@example.com)")
+        ft.test_eq((len(carol), carol.events()), (0, []))
+        ft.test_eq(carol.import_file(tmp_path / "bob.jsonl")["added"], len(expect["bob@example.com"]["all"]))
+        ft.test_eq({m.namespace for m in carol.items(status=None)}, {"carol"})
