@@ -838,3 +838,121 @@ def test_mcp_show_and_list_withhold_what_the_read_check_flags(tmp_path):
     for m, text in zip(hostile, shows):
         ft.test_eq(_frame_ok(text) if "procmem-memories" in text else [], [])
         assert not _shows(m.content.split("3. ", 1)[1])(text), text[:300]
+
+
+# ---- the reference agent's guards, against a model that misbehaves (scripted fake server, no network)
+AGENT_MODEL = "claude-haiku-5-5"
+
+
+def _agent_tools():
+    from anthropic import beta_tool
+
+    @beta_tool
+    def lookup(query: str, limit: int = 5) -> str:
+        """Look a fact up.
+        Args:
+            query: what to look up
+            limit: how many results"""
+        return f"result for {query}"
+
+    @beta_tool
+    def flaky(x: str) -> str:
+        """A tool that always fails.
+        Args:
+            x: anything"""
+        raise RuntimeError("disk on fire: " + x)
+    return [lookup, flaky]
+
+
+def _run_agent(script, **kw):
+    "(trajectory, requests) of a ClaudeAgent on the scripted replies."
+    from procmem.agent import ClaudeAgent
+    from procmem.testing import scripted_anthropic
+    with scripted_anthropic(script) as fake:
+        t = ClaudeAgent(model=AGENT_MODEL, tools=_agent_tools(), client=fake.client(), **kw)("Find the capital of France")
+    return t, fake.requests
+
+
+def test_agent_tiny_variations_are_stopped_by_the_round_breaker():
+    "A model that never repeats itself exactly (a counter in the query) is stopped by the round cap, which says so."
+    from procmem.testing import tool_use_reply
+    script = [tool_use_reply(("lookup", {"query": f"capital of France {i}"})) for i in range(12)]
+    t, reqs = _run_agent(script, max_tool_rounds=5, doom_loop_calls=3)
+    ft.test_eq((t.metadata["stopped_by"], t.metadata["rounds"], len(t.steps), t.answer), ("max_tool_rounds", 5, 5, None))
+    ft.test_eq(len(reqs), 6)  # the 6th reply was paid for, its call never ran
+    ft.test_eq(t.metadata["usage"]["calls"], 6)
+
+
+def test_agent_key_order_and_parallel_repeats_are_one_loop():
+    from procmem.testing import tool_use_reply, text_reply
+    flip = [tool_use_reply(("lookup", {"query": "paris", "limit": 3} if i % 2 else {"limit": 3, "query": "paris"}))
+            for i in range(4)] + [text_reply("Paris")]
+    t, _ = _run_agent(flip, doom_loop_calls=3)
+    ft.test_eq((t.metadata["stopped_by"], len(t.steps)), ("doom_loop", 2))
+    t, reqs = _run_agent([tool_use_reply(*[("lookup", {"query": "paris"})] * 6), text_reply("Paris")], doom_loop_calls=3)
+    ft.test_eq((t.metadata["stopped_by"], t.metadata["doom_loop"]["count"], len(reqs)), ("doom_loop", 3, 1))
+
+
+def test_agent_a_tool_that_raises_is_an_error_result_then_a_loop():
+    from procmem.testing import tool_use_reply
+    t, reqs = _run_agent([tool_use_reply(("flaky", {"x": "a"}))] * 5, doom_loop_calls=3)
+    ft.test_eq(t.metadata["stopped_by"], "doom_loop")
+    assert all(s.error and "disk on fire" in s.error for s in t.steps), t.steps
+    sent = reqs[1]["body"]["messages"][-1]["content"][0]
+    ft.test_eq(sent.get("is_error"), True)
+
+
+def test_agent_max_tokens_and_refusals_stop_at_once_and_say_so():
+    from procmem.testing import text_reply, tool_use_reply
+    t, reqs = _run_agent([text_reply("The capital is", stop_reason="max_tokens")] * 3)
+    ft.test_eq((t.metadata["stopped_by"], len(reqs), t.answer), ("max_tokens", 1, "The capital is"))
+    cut = dict(tool_use_reply(("lookup", {"query": "paris"})), stop_reason="max_tokens")  # a call cut mid-way
+    t, reqs = _run_agent([cut, text_reply("x")])
+    ft.test_eq((t.metadata["stopped_by"], len(t.steps), len(reqs)), ("max_tokens", 0, 1))
+
+
+def test_agent_usage_fields_missing_do_not_crash_and_are_counted_as_calls():
+    from procmem.testing import text_reply, tool_use_reply
+    partial = [dict(tool_use_reply(("lookup", {"query": "a"})), usage={"input_tokens": 10}),
+               dict(tool_use_reply(("lookup", {"query": "b"})), usage={"input_tokens": None, "output_tokens": None}),
+               dict(text_reply("Paris"), usage={})]
+    t, _ = _run_agent(partial)
+    ft.test_eq((t.metadata["stopped_by"], t.answer, t.metadata["usage"]["calls"]), ("end_turn", "Paris", 3))
+    assert t.metadata["usage"]["input_tokens"] >= 10 and t.metadata["cost_usd"] >= 0
+
+
+@pytest.mark.xfail(strict=True, reason="REQUESTS10: reliability -> agent: replies without usage cost $0, so "
+                                       "budget_usd never stops the run (up to max_tool_rounds)")
+def test_agent_budget_is_not_blind_when_usage_is_missing():
+    """A gateway that strips `usage`: the spend breaker cannot count, so it must not keep spending
+    blindly: stop (budget / usage unknown) well before the round cap, and say why."""
+    from procmem.testing import tool_use_reply
+    script = [dict(tool_use_reply(("lookup", {"query": f"capital {i}"})), usage={}) for i in range(8)]
+    from procmem.testing import ScriptExhausted
+    try:
+        t, reqs = _run_agent(script, budget_usd=0.0001, max_tool_rounds=50)
+    except ScriptExhausted:
+        pytest.fail("8 replies without usage and the run with a $0.0001 budget went on")
+    assert t.metadata["stopped_by"] in ("budget", "usage_unknown"), t.metadata
+
+
+@pytest.mark.xfail(strict=True, reason="REQUESTS10: reliability -> agent: a reply with stop_reason tool_use but no "
+                                       "tool call is recorded as stopped_by 'max_iterations' with 1 round")
+def test_agent_a_tool_use_reply_without_calls_says_why_it_stopped():
+    from procmem.testing import text_reply
+    t, reqs = _run_agent([dict(text_reply("Let me think about it."), stop_reason="tool_use"), text_reply("x")])
+    ft.test_eq(len(reqs), 1)
+    assert t.metadata["stopped_by"] != "max_iterations", t.metadata  # the iteration limit was never reached
+    ft.test_eq(t.metadata["rounds"], 0)  # no tool ran
+
+
+@pytest.mark.xfail(strict=True, reason="REQUESTS10: reliability -> agent: calls to a tool that does not exist are "
+                                       "neither recorded as steps nor counted by the doom-loop guard")
+def test_agent_a_loop_on_a_hallucinated_tool_is_caught():
+    from procmem.testing import tool_use_reply, ScriptExhausted
+    try:
+        t, reqs = _run_agent([tool_use_reply(("search_web", {"q": "capital of France"}))] * 5, doom_loop_calls=3)
+    except ScriptExhausted:
+        pytest.fail("5 identical calls to a tool that does not exist were not stopped by doom_loop_calls=3")
+    ft.test_eq(t.metadata["stopped_by"], "doom_loop")
+    assert t.steps and all(s.error for s in t.steps), t.steps  # the failed calls are in the trajectory
