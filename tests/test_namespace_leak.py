@@ -18,7 +18,7 @@ from procmem.store import MemoryStore
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT.parent / "shared" / "data" / "webarena" / "tasks_dev.json"
 SEED = int(os.environ.get("PROCMEM_LEAK_SEED", "20261124"))
-N_NS = 4  # random namespaces besides the default one
+N_NS = 5  # random namespaces besides the default one
 STEPS = "1. Open the {site} page for the request\n2. Search for {what} with the filter box\n" \
         "3. Read the matching rows and count them\n4. Check the total against the summary view"
 
@@ -36,13 +36,19 @@ def _ns_names(rng: random.Random, n: int) -> list[str]:
     from procmem.core import DEFAULT_NAMESPACE
     out = []
     while len(out) < n:
-        head = rng.choice(string.ascii_lowercase)
-        tail = "".join(rng.choices(string.ascii_lowercase + string.digits + "-_", k=rng.randrange(0, 12)))
-        name = (head + tail).rstrip("-_")
+        head = rng.choice(string.ascii_letters)
+        tail = "".join(rng.choices(string.ascii_letters + string.digits + "-_.@", k=rng.randrange(0, 12)))
+        name = head + tail
         if name not in out and name != DEFAULT_NAMESPACE:
             out.append(name)
-    # a prefix of another tenant's name and a case variant: a LIKE/prefix/casefold filter leaks here
-    out[1] = out[0] + "x" if len(out[0]) < 12 else out[0][:-1]
+    # where a LIKE, prefix or case-folding filter would leak: a name and its extension, its case
+    # variant, and '_' (LIKE's any-character) against a letter in the same place
+    out[1] = out[0] + "x"
+    out[2] = out[0].swapcase() if out[0].swapcase() != out[0] else out[0] + "X"
+    if n > 3:
+        out[3] = "a_" + out[0]
+    if n > 4:
+        out[4] = "ab" + out[0]
     return out
 
 
@@ -512,3 +518,56 @@ def test_mcp_recall_list_show_remove_never_cross(bank, tmp_path):
             assert r.is_error, _mcp_text(r)  # the error names the id asked for, nothing of the other tenant
             ft.test_eq(_foreign_hits(_mcp_text(r).replace(i, ""), bank, ns), [])
         ft.test_eq([x for x in _rows(p) if x[0] not in bank["ids"][ns]], [x for x in before if x[0] not in bank["ids"][ns]])
+
+
+def test_namespace_names_outside_the_rule_are_refused(tmp_path):
+    from procmem.core import MemoryValidationError
+    p = tmp_path / "n.db"
+    MemoryStore(p).close()
+    for bad in ["", " ", "../x", "a/b", "a b", ".hidden", "x" * 65, "café", "a\x00b", "a;drop", "a%", "a*", "аlice",
+                "a\nb", None, 3, b"alice"]:
+        with pytest.raises((MemoryValidationError, ValueError, TypeError)):
+            MemoryStore(p, namespace=bad)
+        with pytest.raises((MemoryValidationError, ValueError, TypeError)):
+            MemoryStore(p).in_namespace(bad)
+    ft.test_eq(MemoryStore(p).namespaces(), {})
+
+
+def test_admin_paths_stay_in_their_namespace(bank, tmp_path):
+    "prune (archives), merge and history through one tenant never touch or show another's memories."
+    import shutil
+    import procmem.lifecycle  # noqa: F401 (adds MemoryStore.prune)
+    import procmem.editing  # noqa: F401 (adds MemoryStore.history)
+    p = tmp_path / "adm.db"
+    shutil.copy(bank["path"], p)
+    a = bank["names"][1]
+    rest = [r for r in _rows(p) if r[0] not in bank["ids"][a]]
+    sa = MemoryStore(p, namespace=a)
+    shared = [m for m in sa.items() if m.title == bank["shared"][0][0] or m.title.startswith(bank["shared"][0][0] + " (")]
+    assert len(shared) == 2, shared  # the identical item and its overlapping variant: mergeable
+    sa.merge([m.id for m in shared], by="leak test")
+    sa.prune(dry_run=False, max_items=1, by="leak test")
+    for i in sorted(_others(bank, a))[:5]:
+        with pytest.raises((KeyError, Exception)):
+            sa.history(i)
+    ft.test_eq([r for r in _rows(p) if r[0] not in bank["ids"][a] and r[0] in {x[0] for x in rest}], rest)
+    ft.test_eq(len(MemoryStore(p, namespace=a)), 1)
+    assert all(m.namespace == a for m in MemoryStore(p, namespace=a).items("archived"))
+
+
+def test_jsonl_import_into_a_namespace_never_touches_another(bank, tmp_path):
+    import shutil
+    p = tmp_path / "imp.db"
+    shutil.copy(bank["path"], p)
+    a, b = bank["names"][1], bank["names"][2]
+    out = tmp_path / "b.jsonl"
+    MemoryStore(p, namespace=b).export(out)
+    theirs = [r for r in _rows(p) if r[0] in bank["ids"][b]]
+    before = _rows(p)
+    from procmem.store import StoreError
+    try:  # copies in a, or refused whole (ids are unique file-wide): never b's rows
+        MemoryStore(p, namespace=a).import_file(out, update=True)
+    except StoreError:
+        ft.test_eq(_rows(p), before)
+    ft.test_eq([r for r in _rows(p) if r[0] in bank["ids"][b]], theirs)
+    assert all(m.namespace == a for m in MemoryStore(p, namespace=a).items())
