@@ -132,7 +132,7 @@ def learn(self: Session, text: str) -> bool:  # what was learned, as the agent s
     self.learnings.append(text)
     return True
 
-# %% ../nbs/20a_session.ipynb #f1186df6
+# %% ../nbs/20a_session.ipynb #38e154eb
 @patch
 def _candidate(self: Session, text: str) -> MemoryItem:
     "The memory a learning becomes, labelled with the session's provenance and trust."
@@ -152,13 +152,21 @@ def _promote(self: Session, cand: MemoryItem) -> GateResult:
     "Gate one learning and store it as the gates say; a merge that confirms nothing writes nothing."
     r = run_gates(cand, self.store, task=self.task or None, injected=self.seeded)
     if r.action == "merge" and confirmation_by(r.target, cand) is None:
-        r.reasons.append("merge: not an independent confirmation (same session or no task)")
+        r.reasons.append(_NOT_CONFIRMED)
         r.stored = r.target
     else:
         r.stored = apply_gate(r, cand, self.store)
     return r
 
-# %% ../nbs/20a_session.ipynb #f174f414
+
+_NOT_CONFIRMED = "merge: not an independent confirmation (same session or no task): nothing written"
+
+
+def _wrote(r: GateResult) -> bool:
+    "Whether promoting a learning changed the store."
+    return r.stored is not None and r.action != "skip" and _NOT_CONFIRMED not in r.reasons
+
+# %% ../nbs/20a_session.ipynb #843675d8
 @patch
 def reflect(self: Session) -> list[GateResult]:
     "Promote the learnings not promoted yet through the gates; this call's gate results."
@@ -167,6 +175,10 @@ def reflect(self: Session) -> list[GateResult]:
         out.append(self._promote(self._candidate(text)))
         self._promoted.add(text)
     self.results += out
+    if changed := [r for r in out if _wrote(r)]:
+        ids, acts = [r.stored.id for r in changed], [r.action for r in changed]
+        event = dict(kind="session.reflect", ids=ids, by=self.by, session=self.id, actions=acts)
+        self.store.log_events([event])
     return out
 
 # %% ../nbs/20a_session.ipynb #cc0d6f53
