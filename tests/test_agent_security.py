@@ -659,8 +659,6 @@ def test_import_of_a_hostile_skills_folder(tmp_path):
         assert m.id != victim.id
 
 
-@pytest.mark.xfail(strict=True, reason="REQUESTS10: reliability -> sharing: a 600-byte YAML alias bomb in a SKILL.md "
-                                       "name makes import run out of memory (str() of the name in the error)")
 def test_import_survives_a_yaml_alias_bomb(tmp_path):
     "Run in a child with 1.5 GB of address space and 8 s: the bomb is refused quickly, the good skill added."
     _need("procmem.skills")
