@@ -5,6 +5,7 @@ __version__ = "0.1.0"
 # constants, test servers and helpers stay reachable through their modules (`procmem.index.K1`,
 # `procmem.testing.fake_anthropic`). Importing `index` also adds `MemoryStore.search` and `sync_index`.
 from .core import *
+from .core import DEFAULT_NAMESPACE  # not in core's __all__ (nbdev's generated line is full)
 from .text import *
 from .values import *
 from .store import *
@@ -36,6 +37,31 @@ from .editing import *
 from .simulation import *
 from .analysis import *
 from .eval import *
+from .agent import *
+from .skills import *
+
+# Names whose modules import the anthropic SDK when they load (SDK tool classes are made at import):
+# they load on first use, so `import procmem` stays fast and needs no SDK until you ask for a tool.
+_LAZY = {
+    "memory_tools": "tools", "MemoryToolkit": "tools",
+    "ProcmemMemoryTool": "memory_tool", "AsyncProcmemMemoryTool": "memory_tool",
+    "MemoryPathError": "memory_tool", "Session": "session",
+}
+
+
+def __getattr__(name: str):
+    "Load a lazily exported name (see `_LAZY`) from its module on first use."
+    if name not in _LAZY:
+        raise AttributeError(f"module 'procmem' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"procmem.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
     # core: the memory item
@@ -93,4 +119,9 @@ __all__ = [
     "runs_df", "plot_growth", "plot_utility", "plot_usage", "plot_retrieval_scores", "plot_ab",
     "write_report", "demo_bank", "ab_test", "summarize_ab", "store_copies", "FrozenStoreError",
     "agreement_metrics",
+    # tenants: a store object is bound to one namespace (MemoryStore(path, namespace=...))
+    "DEFAULT_NAMESPACE",
+    # memory for real agents: SDK tools, Claude's memory tool, the reference agent, sessions, skills
+    "memory_tools", "MemoryToolkit", "ProcmemMemoryTool", "AsyncProcmemMemoryTool", "MemoryPathError",
+    "ClaudeAgent", "Session", "export_skills", "import_skills",
 ]
