@@ -586,3 +586,81 @@ def test_every_tenant_can_bootstrap_and_sees_only_its_copy(tmp_path):
         ft.test_eq(len(s), 7)
         hits = s.search("find subclasses of a class", k=10)
         assert hits and all(m.namespace == ns for m, _ in hits)
+
+
+# ---- the command line: --namespace and $PROCMEM_NAMESPACE on every command that reads or writes
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _cli(*argv) -> tuple[int, str]:
+    "(exit status, stdout + stderr) of `procmem argv...`, run in this process."
+    from procmem.cli import main
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+        try:
+            rc = main([str(a) for a in argv])
+        except SystemExit as e:
+            rc = e.code
+    return rc, buf.getvalue()
+
+
+def test_cli_namespace_reads_never_cross(bank, tmp_path, monkeypatch):
+    import shutil
+    p = tmp_path / "cli.db"
+    shutil.copy(bank["path"], p)
+    monkeypatch.delenv("PROCMEM_NAMESPACE", raising=False)
+    for ns in bank["names"][1:4]:
+        for how in ("flag", "env"):
+            if how == "env":
+                monkeypatch.setenv("PROCMEM_NAMESPACE", ns)
+            pre = ["--store", p] + (["--namespace", ns] if how == "flag" else [])
+            rc, out = _cli(*pre, "list", "--limit", 1000)
+            ft.test_eq(rc, 0)
+            ft.test_eq(set(UUID.findall(out)), bank["ids"][ns])
+            for q in bank["queries"][:5] + _foreign_titles(bank, ns)[:3]:
+                rc, out = _cli(*pre, "search", q, "-k", 20, "--json")
+                ft.test_eq(rc, 0)
+                assert set(UUID.findall(out)) <= bank["ids"][ns], (ns, q)
+                echo = out.replace(json.dumps(q)[1:-1], "").replace(q, "")  # the query itself is echoed
+                ft.test_eq(_foreign_hits(echo, bank, ns), [])
+            for oid in sorted(_others(bank, ns))[:3]:
+                rc, out = _cli(*pre, "show", oid)
+                assert rc != 0, out
+                ft.test_eq(_foreign_hits(out.replace(oid, ""), bank, ns), [])
+            rc, out = _cli(*pre, "export", tmp_path / f"{ns}-{how}.jsonl")
+            ft.test_eq(rc, 0)
+            got = [json.loads(x)["id"] for x in (tmp_path / f"{ns}-{how}.jsonl").read_text().splitlines()]
+            ft.test_eq(set(got), bank["ids"][ns])
+            rc, out = _cli(*pre, "export", "--format", "skills", tmp_path / f"skills-{ns}-{how}")
+            ft.test_eq(rc, 0)
+            text = "\n".join(x.read_text() for x in (tmp_path / f"skills-{ns}-{how}").glob("*/SKILL.md"))
+            ft.test_eq(_foreign_hits(text, bank, ns), [])
+            rc, out = _cli(*pre, "stats")
+            assert ns in out, out
+            monkeypatch.delenv("PROCMEM_NAMESPACE", raising=False)
+        rc, out = _cli("--store", p, "--namespace", ns, "list", "--quarantined")
+        ft.test_eq(rc, 0)
+        assert set(UUID.findall(out)) <= bank["ids"][ns]
+
+
+def test_cli_namespace_writes_by_foreign_id_change_nothing(bank, tmp_path, monkeypatch):
+    import shutil
+    p = tmp_path / "cliw.db"
+    shutil.copy(bank["path"], p)
+    monkeypatch.delenv("PROCMEM_NAMESPACE", raising=False)
+    a, b = bank["names"][1], bank["names"][2]
+    victims = sorted(bank["ids"][b])[:2]
+    before = _rows(p)
+    pre = ["--store", p, "--namespace", a]
+    mine = sorted(bank["ids"][a])[0]
+    control = tmp_path / "control.db"
+    shutil.copy(bank["path"], control)
+    for argv in (["quarantine", "ID", "--reason", "leak"], ["release", "ID", "--reason", "leak"],
+                 ["edit", "ID", "--title", "Taken over by another tenant"], ["rm", "ID", "--yes", "--reason", "leak"],
+                 ["restore", "ID"], ["rm", "ID", "--purge", "--yes"]):
+        rc, out = _cli("--store", control, "--namespace", a, *[mine if x == "ID" else x for x in argv])
+        ft.test_eq((argv, rc), (argv, 0))  # the command itself is right: it works on the tenant's own memory
+        rc, out = _cli(*pre, *[victims[0] if x == "ID" else x for x in argv])
+        assert rc != 0, (argv, out)
+        ft.test_eq(_foreign_hits(out.replace(victims[0], ""), bank, a), [])
+    ft.test_eq(_rows(p), before)
