@@ -954,3 +954,41 @@ def test_agent_a_loop_on_a_hallucinated_tool_is_caught():
         pytest.fail("5 identical calls to a tool that does not exist were not stopped by doom_loop_calls=3")
     ft.test_eq(t.metadata["stopped_by"], "doom_loop")
     assert t.steps and all(s.error for s in t.steps), t.steps  # the failed calls are in the trajectory
+
+
+def _cli(*argv) -> tuple[int, str]:
+    "(exit status, stdout + stderr) of `procmem argv...`, run in this process."
+    import io
+    from procmem.cli import main
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+        try:
+            rc = main([str(a) for a in argv])
+        except SystemExit as e:
+            rc = e.code
+    return rc, buf.getvalue()
+
+
+def test_cli_skills_export_and_import_refuse_what_the_library_refuses(tmp_path):
+    "`procmem export --format skills DIR` into a link or a foreign folder, and `procmem import` of a hostile folder."
+    db = tmp_path / "c.db"
+    store = MemoryStore(db)
+    store.add(MemoryItem("Check invoice totals before paying", "How to check an invoice.", GOOD_STEPS))
+    store.close()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("mine")
+    (tmp_path / "link").symlink_to(outside, target_is_directory=True)
+    for target in (tmp_path / "link", outside):  # (a path THROUGH a linked parent is the user's own choice)
+        rc, out = _cli("--store", db, "export", "--format", "skills", target)
+        assert rc != 0, (target, out)
+        ft.test_eq(sorted(p.name for p in outside.iterdir()), ["keep.txt"])
+    before = _rows_of(db)
+    root = tmp_path / "skills"
+    _hostile_skills(root, tmp_path / "elsewhere", _tricks()["permission"], "no-such-id")
+    rc, out = _cli("--store", db, "import", root)
+    after = {r[0]: r for r in _rows_of(db)}
+    new = [json.loads(r[3]) for i, r in after.items() if i not in {b[0] for b in before}]
+    active = [m for m in new if m["status"] == "active"]
+    assert {m["title"] for m in active} <= {"Check invoice totals before paying", "Reconcile the ledger lines"}, active
+    assert not (tmp_path / "elsewhere" / "pwned").exists()
