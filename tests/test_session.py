@@ -106,8 +106,10 @@ def test_seeded_restatements_are_refused_by_learn_in_every_style():
     store = learned_bank()
     s = Session.resume(store, domain="alfworld")
     for m in s.seeded:
-        for n in range(4):
-            assert not s.learn(restyle(m.content, n)) or s.learnings, (n, m.content)
+        for n in (0, 1):  # bullets + lower case, reversed + upper case: the same words
+            assert not s.learn(restyle(m.content, n)), (n, m.content)
+        for n in (2, 3):  # numbered, or a phrase added: learn may keep it; the gates must not
+            s.learn(restyle(m.content, n))
     assert all(r.action != "add" for r in s.reflect())
 
 
@@ -251,3 +253,29 @@ def test_seed_skips_a_flagged_memory_however_confident():
     assert "attacker" not in s.seed_text()
     ranked = sorted(store.items(), key=lambda m: -m.confidence)
     ft.test_eq(ranked[0].id, "bad-1")  # it was the most confident
+
+
+def test_learn_tool_through_the_sdk_tool_runner():
+    "A Claude agent notes learnings with the `learn` tool (scripted fake server): answers say what happened."
+    from procmem.testing import scripted_anthropic, tool_use_reply, text_reply
+    store = learned_bank()
+    s = Session.resume(store, domain="alfworld", budget_chars=100_000)
+    seeded = s.seeded[0].content.upper().replace(",", ";")  # a restatement of what it was given
+    new = "Check the receptacle's state before acting on it: a closed microwave must be opened first."
+    longer = new + " Close it again afterwards so later steps find it as expected."
+    calls = [("learn", {"text": t}) for t in (seeded, new, new.lower(), longer)]
+    script = [tool_use_reply(c) for c in calls] + [tool_use_reply(("learn", {}))] + [text_reply("Done.")]
+    with scripted_anthropic(script) as fake:
+        runner = fake.client().beta.messages.tool_runner(
+            model="claude-haiku-4-5", max_tokens=300, tools=[s.learn_tool()],
+            messages=[{"role": "user", "content": "Heat the apple and put it in the fridge."}])
+        runner.until_done()
+    results = [fake.requests[i]["body"]["messages"][-1]["content"][0] for i in range(1, 6)]
+    texts = [r["content"] for r in results]
+    assert texts[0].startswith("already known") and texts[1].startswith("learned: kept")
+    assert texts[2].startswith("already noted") and texts[3].startswith("learned: it extends")
+    assert results[4].get("is_error") and "text" in texts[4]  # a call without text: an error naming it
+    ft.test_eq(s.learnings, [longer])
+    before = store.count()
+    ft.test_eq([r.action for r in s.reflect()], ["add"])
+    ft.test_eq(store.count(), before + 1)
