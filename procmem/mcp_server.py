@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['WHO', 'LIST_MAX', 'SHOW_CHARS', 'COMMANDS', 'build_server', 'serve', 'add_parsers']
 
-# %% ../nbs/22_mcp.ipynb #720f7a40
+# %% ../nbs/22_mcp.ipynb #b8fe6645
 import argparse, functools, os, sqlite3, sys
 from itertools import islice
 from pathlib import Path
@@ -16,6 +16,7 @@ from .core import _check_namespace
 from .store import MemoryStore, StoreError, MemoryNotFoundError
 from .store import DEFAULT_MAX_ACTIVE_PER_DOMAIN
 from .inject import KIND_LABELS, neutralize_text, new_nonce, _frame, _render_item, _truncate
+from .trust import read_check
 from .cli import UsageError, _store_path, _say, _cap, _one_line
 from .tools import recall, record, RECALL_MAX_K, RECORD_KINDS
 
@@ -52,15 +53,22 @@ def _check_domain(domain) -> None:
     if domain is not None and (not isinstance(domain, str) or not domain.strip()):
         raise ValueError(f"domain must be a non-empty text or omitted, got {domain!r:.40}")
 
-# %% ../nbs/22_mcp.ipynb #49896698
-def _list_head(store: MemoryStore, domain, total: int, offset: int, n: int) -> str:
-    "The line above a list: how many active memories, which are shown, where the next page starts."
+# %% ../nbs/22_mcp.ipynb #e89dec92
+def _withheld(m: MemoryItem) -> bool:
+    "Whether procmem's read check flags `m` (as it would before injecting it into any task)."
+    return bool(read_check(m, "", min_confirmations=0)[0])
+
+# %% ../nbs/22_mcp.ipynb #605203c9
+def _list_head(store: MemoryStore, domain, total: int, offset: int, n: int, held: int) -> str:
+    """The line above a list: how many active memories, which are shown (and withheld), where the
+    next page starts."""
     where = f" in domain {_safe(domain, 40)!r}" if domain is not None else ""
     ns = f" (namespace {store.namespace!r})"
     if n == 0:
         return f"no active memories{where}{ns} at offset {offset}; {total} in all"
     more = f"; the next page starts at offset {offset + n}" if offset + n < total else ""
-    return f"{total} active memories{where}{ns}; showing {offset + 1}-{offset + n}{more}"
+    why = f" ({held} withheld: procmem's read check flagged them)" if held else ""
+    return f"{total} active memories{where}{ns}; showing {offset + 1}-{offset + n}{why}{more}"
 
 
 def _list_text(
@@ -75,11 +83,13 @@ def _list_text(
     _check_domain(domain)
     active = (m for m in store.items() if domain is None or m.domain == domain)
     page = list(islice(active, offset, offset + limit))
-    head = _list_head(store, domain, store.count(domain=domain), offset, len(page))
-    if not page:
+    shown = [m for m in page if not _withheld(m)]
+    total = store.count(domain=domain)
+    head = _list_head(store, domain, total, offset, len(page), len(page) - len(shown))
+    if not shown:
         return head
     top, tail = _frame(nonce or new_nonce())
-    return f"{head}\n{top}" + "\n".join(map(_item_line, page)) + tail
+    return f"{head}\n{top}" + "\n".join(map(_item_line, shown)) + tail
 
 # %% ../nbs/22_mcp.ipynb #1bd6fd8f
 def _active_item(store: MemoryStore, id) -> MemoryItem:
@@ -121,7 +131,7 @@ def _cut_lines(text: str, cap: int) -> str:
         out + [f"(… {len(lines) - len(out)} more lines; `procmem show ID` prints all)"]
     )
 
-# %% ../nbs/22_mcp.ipynb #eb3e3cc4
+# %% ../nbs/22_mcp.ipynb #69edd2ee
 def _show_text(
     store: MemoryStore,  # the bank (bound to its namespace)
     id: str,  # the memory's exact id
@@ -129,6 +139,8 @@ def _show_text(
 ) -> str:
     "One active memory, framed as data under a header line; at most `SHOW_CHARS` characters."
     m = _active_item(store, id)
+    if _withheld(m):
+        return f"memory {_safe(m.id, 80)} is withheld: procmem's read check flagged its text"
     body = _render_item(1, m, _SHOW_BULLETS)
     if tags := [t for t in (_safe(t, 40) for t in m.tags[:20]) if t]:
         body += "\nTags: " + ", ".join(tags)
