@@ -93,6 +93,30 @@ def test_record_from_four_processes_loses_and_duplicates_nothing(tmp_path):
     ft.test_eq(len(s.events(kind="tool.record")), n_w * (n + 1))
 
 
+def _tenant_recorder(db, ns, barrier, out):
+    from procmem.tools import record
+    s = MemoryStore(db, namespace=ns)
+    barrier.wait(timeout=60)
+    r = record(s, **_proc(4, 38), by=f"{ns}-{os.getpid()}")
+    _out(out, [r.action, r.item.id if r.item is not None else None])
+
+
+def test_the_same_record_racing_in_two_tenants_is_stored_once_in_each(tmp_path):
+    "2 processes per tenant record one procedure at once: one copy per tenant, each told its own tenant's id."
+    db = tmp_path / "ten.db"
+    MemoryStore(db).close()
+    tenants = ["alice", "alice", "bob", "bob"]
+    barrier = CTX.Barrier(len(tenants))
+    outs = [tmp_path / f"t{j}.json" for j in range(len(tenants))]
+    _run([CTX.Process(target=_tenant_recorder, args=(str(db), ns, barrier, str(outs[j])))
+          for j, ns in enumerate(tenants)])
+    told = [json.loads(o.read_text())[1] for o in outs]
+    for ns in ("alice", "bob"):
+        (m,) = list(MemoryStore(db, namespace=ns).items())
+        ft.test_eq({t for t, n in zip(told, tenants) if n == ns}, {m.id})
+    ft.test_eq(len(set(told)), 2)
+
+
 # ---- memory_action: adds racing for the last of a target's budget
 FACTS = [f"The {a} team reviews the {b} sheet every {c} morning." for a, b, c in zip(W[600:900], W[900:1200], W[1200:1500])]
 
