@@ -470,11 +470,14 @@ def test_unusable_store_is_one_line_and_exit_2_before_serving(tmp_path, kind):
     ft.test_eq(kind == "bad namespace" and target.exists(), False)  # nothing created
 
 
-def test_without_the_mcp_package_it_says_how_to_install(tmp_path):
+@pytest.mark.parametrize("entry", ["procmem.mcp_server:_main", "procmem.cli:main"])
+def test_without_the_mcp_package_it_says_how_to_install(tmp_path, entry):
+    mod, fn = entry.split(":")
+    argv = ([] if fn == "_main" else ["mcp"]) + ["--store", str(tmp_path / "m.db")]
     code = (
         "import sys; sys.modules['mcp'] = None\n"  # `import mcp` now fails, as when not installed
-        "from procmem.mcp_server import _main\n"
-        f"sys.exit(_main(['--store', {str(tmp_path / 'm.db')!r}]))"
+        f"from {mod} import {fn}\n"
+        f"sys.exit({fn}({argv!r}))"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env())
     ft.test_eq((r.returncode, r.stdout), (2, ""))
