@@ -664,3 +664,38 @@ def test_cli_namespace_writes_by_foreign_id_change_nothing(bank, tmp_path, monke
         assert rc != 0, (argv, out)
         ft.test_eq(_foreign_hits(out.replace(victims[0], ""), bank, a), [])
     ft.test_eq(_rows(p), before)
+
+
+def test_claude_agent_in_both_modes_sees_only_its_tenant(bank, tmp_path):
+    """run_with_memory(task, ClaudeAgent(...), store bound to a tenant) on the scripted fake server:
+    in 'inject' mode the system prompt, in 'tool' mode every recall_memory result the model gets back
+    (it asks for the other tenants' titles too) holds nothing of another tenant."""
+    import shutil
+    _need("procmem.agent")
+    from procmem.agent import ClaudeAgent
+    from procmem.judge import Judgment
+    from procmem.loop import run_with_memory
+    from procmem.testing import scripted_anthropic, text_reply, tool_use_reply
+    p = tmp_path / "agent.db"
+    shutil.copy(bank["path"], p)
+    ns = bank["names"][2]
+    store = MemoryStore(p, namespace=ns)
+    asks = bank["queries"][:2] + _foreign_titles(bank, ns)[:3]
+
+    def judge(artifact, llm=None):
+        return Judgment(False, "not judged here", 0.5, failure_class="intrinsic")
+
+    def extractor(artifact, judgment, llm=None, domain=None):
+        return []
+    for mode in ("inject", "tool"):
+        script = ([tool_use_reply(*[("recall_memory", {"query": q}) for q in asks])] if mode == "tool" else []) \
+            + [text_reply("done")]
+        with scripted_anthropic(script) as fake:
+            agent = ClaudeAgent(model="claude-haiku-5-5", mode=mode, client=fake.client(), max_tool_rounds=3)
+            r = run_with_memory(bank["queries"][0], agent, store, judge=judge, extractor=extractor)
+        seen = json.dumps([q["body"] for q in fake.requests])
+        for q in asks:  # the model's own queries are in the requests: not a leak
+            seen = seen.replace(json.dumps(q)[1:-1], "")
+        ft.test_eq(_foreign_hits(seen, bank, ns), [])
+        assert {m.id for m in r.injected + r.recalled} <= bank["ids"][ns], mode
+        assert (r.injected if mode == "inject" else r.recalled), mode  # it was given memories, its own
