@@ -388,3 +388,39 @@ def test_sigkill_during_memory_tool_writes_keeps_every_acknowledged_write(tmp_pa
             if Path(str(db) + ext).exists():
                 os.replace(str(db) + ext, str(tmp_path / f"k{round_}.db") + ext)
         MemoryStore(db).close()
+
+
+# ---- an old store (format 4, before namespaces) opened by several tenants' processes at once
+def _old_store_writer(db, ns, w, barrier, out):
+    from procmem.tools import record
+    barrier.wait(timeout=60)
+    s = MemoryStore(db, namespace=ns)  # the first open migrates the file; the others must wait for it
+    r = record(s, **_proc(w, 0), by=f"w{w}")
+    _out(out, [r.action, r.item.id if r.item is not None else None, s.namespace, len(s)])
+
+
+def test_old_store_migrated_once_while_four_tenants_open_it(tmp_path):
+    import shutil
+    fixture = ROOT / "tests" / "fixtures" / "stores" / "store_format4.db"
+    if not fixture.exists():
+        pytest.skip(f"{fixture} not found")
+    db = tmp_path / "old.db"
+    shutil.copy(fixture, db)
+    old = {}
+    import sqlite3
+    with sqlite3.connect(db) as c:
+        old = dict(c.execute("SELECT id, status FROM memories").fetchall())
+    tenants = ["default", "alice", "bob", "default"]
+    barrier = CTX.Barrier(len(tenants))
+    outs = [tmp_path / f"o{j}.json" for j in range(len(tenants))]
+    _run([CTX.Process(target=_old_store_writer, args=(str(db), ns, j, barrier, str(outs[j])))
+          for j, ns in enumerate(tenants)])
+    res = [json.loads(o.read_text()) for o in outs]
+    ft.test_eq([r[0] for r in res], ["add"] * 4)
+    s = MemoryStore(db)
+    ft.test_eq(s.check(), [])
+    for i, st in old.items():  # every old memory kept, in the default namespace, with its status
+        ft.test_eq((i, s.get(i).status, s.get(i).namespace), (i, st, "default"))
+    ft.test_eq(len(s), sum(v == "active" for v in old.values()) + 2)
+    ft.test_eq(len(MemoryStore(db, namespace="alice")), 1)
+    ft.test_eq(len(MemoryStore(db, namespace="bob")), 1)
