@@ -5,7 +5,7 @@ budgets never exceeded when two adds race for the last of it, replace racing rem
 consistent with what each side was told, concurrent edits of one memory file never losing an
 acknowledged edit, and a SIGKILL in the middle of memory-tool writes leaving a store that opens
 with every acknowledged write."""
-import json, multiprocessing as mp, os, random, signal, subprocess, sys, textwrap, threading, time
+import json, multiprocessing as mp, os, random, re, signal, subprocess, sys, textwrap, threading, time
 from pathlib import Path
 
 import fastcore.test as ft
@@ -424,3 +424,33 @@ def test_old_store_migrated_once_while_four_tenants_open_it(tmp_path):
     ft.test_eq(len(s), sum(v == "active" for v in old.values()) + 2)
     ft.test_eq(len(MemoryStore(db, namespace="alice")), 1)
     ft.test_eq(len(MemoryStore(db, namespace="bob")), 1)
+
+
+# ---- two MCP servers (two processes) recording into one store at once
+def test_two_mcp_servers_record_concurrently_and_lose_nothing(tmp_path):
+    import asyncio
+    mcp = pytest.importorskip("mcp")
+    db = tmp_path / "mcp.db"
+    MemoryStore(db).close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCMEM_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+
+    def params(ns):
+        return mcp.StdioServerParameters(command=sys.executable, env=env, cwd=str(ROOT),
+                                         args=["-m", "procmem.mcp_server", "--store", str(db), "--namespace", ns])
+
+    async def client(ns, w, n):
+        async with mcp.Client(params(ns)) as c:
+            calls = [c.call_tool("record", dict(**_proc(w, i), tags=[f"w{w}"])) for i in range(n)]
+            return [("\n".join(x.text for x in r.content), r.is_error) for r in await asyncio.gather(*calls)]
+
+    async def both():
+        return await asyncio.gather(client("default", 0, 8), client("default", 1, 8), client("team", 2, 8))
+    out = asyncio.run(asyncio.wait_for(both(), 120))
+    ids = [re.findall(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", t)[0] for r in out for t, _ in r]
+    ft.test_eq([e for r in out for _, e in r], [False] * 24)
+    assert all(t.startswith("stored as") for r in out for t, _ in r), out
+    d, t = MemoryStore(db), MemoryStore(db, namespace="team")
+    ft.test_eq({m.id for m in d.items()}, set(ids[:16]))
+    ft.test_eq({m.id for m in t.items()}, set(ids[16:]))
+    ft.test_eq(d.check(), [])
