@@ -820,8 +820,6 @@ def test_mcp_record_holds_back_injections_and_never_shows_them(tmp_path):
             ft.test_eq(_frame_ok(text), [])
 
 
-@pytest.mark.xfail(strict=True, reason="REQUESTS10: reliability -> mcp: show/list skip the read check (the memory "
-                                       "tool's view and skills export withhold what it flags)")
 def test_mcp_show_and_list_withhold_what_the_read_check_flags(tmp_path):
     "A hostile memory stored without the gates (an old bank, another tool) is not shown by MCP show or list."
     db = tmp_path / "m.db"
