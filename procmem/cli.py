@@ -237,7 +237,7 @@ def _add_min_confirmations(c) -> None:
         ),
     )
 
-# %% ../nbs/13_cli.ipynb #464c0c77
+# %% ../nbs/13_cli.ipynb #b5e95666
 _FORMAT_HELP = (
     "json or jsonl (the default: FILE's suffix says), or skills: DIR must be new, empty or an"
     " earlier skills export"
@@ -281,8 +281,9 @@ def _add_inspection(cmd) -> None:
         "--update",
         action="store_true",
         help=(
-            "an edited export: rewrite the stored memories whose ids FILE names with its title,"
-            " description, content, tags, domain and source type, checked like `procmem edit`"
+            "an edited export (a file, or a skills folder): rewrite the stored memories whose ids"
+            " it names with its title, description, content, tags, domain and source type, checked"
+            " like `procmem edit`"
         ),
     )
     i.add_argument("--json", action="store_true", help="print what happened to each item as JSON")
@@ -911,7 +912,7 @@ def _cmd_import(args) -> int:
     _print_import(done, args.json)
     return 0
 
-# %% ../nbs/13_cli.ipynb #40ec1d25
+# %% ../nbs/13_cli.ipynb #33a39898
 def _is_skills(p: Path) -> bool:
     "Whether `import` reads `p` as Agent Skills: a SKILL.md, or a folder not named like a file."
     return p.name == "SKILL.md" or (p.is_dir() and p.suffix not in (".json", ".jsonl"))
@@ -928,13 +929,11 @@ def _skill_rows(args) -> list:
     if not found:
         raise UsageError(f"{args.file} holds no skill folder (<name>/SKILL.md); nothing imported")
     with open_store(args.store, max_active_per_domain=_cap(args)) as store:
-        return skill_import_report(args.file, store, args.trust)
+        return skill_import_report(args.file, store, args.trust, update=args.update)
 
 
 def _cmd_import_skills(args) -> int:
     "`procmem import DIR`: import Agent Skills; one line per skill and the counts."
-    if args.update:
-        raise UsageError("--update is for JSON exports; skills update the memories they name")
     rows = _skill_rows(args)
     if args.json:
         keys = ("path", "result", "id", "why")

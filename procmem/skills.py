@@ -385,7 +385,7 @@ def _edit(store: MemoryStore, new: MemoryItem, trust: str, why: str) -> MemoryIt
 
     return store.modify(new.id, step, kind="edit", by=by, reason=why)
 
-# %% ../nbs/20b_skills.ipynb #a5492bf0
+# %% ../nbs/20b_skills.ipynb #5a60a8f2
 _OUTCOME = dict(
     add="added",
     merge="unchanged",
@@ -420,9 +420,13 @@ def _add(store: MemoryStore, m: MemoryItem, trust: str) -> tuple[str, str, str]:
     return _OUTCOME[r.action], (r.stored.id if r.stored else ""), why
 
 
-def _import_one(store: MemoryStore, m: MemoryItem, trust: str, why: str) -> tuple[str, str, str]:
+def _import_one(store: MemoryStore, m: MemoryItem, trust: str, update: bool) -> tuple:
     "(outcome, id, reason) for one memory read from a skill."
-    return _update(store, m, trust, why) if m.id in store else _add(store, m, trust)
+    if m.id not in store:
+        return _add(store, m, trust)
+    if update or all(getattr(store.get(m.id), k) == getattr(m, k) for k in _EDITABLE):
+        return _update(store, m, trust, "updated from a skills folder by import_skills")
+    return _add(store, dataclasses.replace(m, id=str(uuid.uuid4())), trust)
 
 # %% ../nbs/20b_skills.ipynb #be2d26b1
 def _skill_files(src: Path) -> list[tuple[Path, str | None]]:
@@ -453,11 +457,12 @@ def _read_skill(path: Path) -> str:
     except UnicodeDecodeError:
         raise SkillFormatError("not UTF-8 text") from None
 
-# %% ../nbs/20b_skills.ipynb #6330f17e
+# %% ../nbs/20b_skills.ipynb #8d6f9e83
 def skill_import_report(
     src_dir,  # a skills folder (one `<name>/SKILL.md` per skill) or one SKILL.md
     store: MemoryStore,  # the bank (its namespace)
     trust: str = "untrusted",  # how far the files' text is trusted
+    update: bool = False,  # rewrite a stored memory whose id a skill names with its text
 ) -> list[tuple[str, str, str, str]]:
     "(SKILL.md path, outcome, memory id or '', reason) per skill, importing each through the gates."
     _check_store("import_skills", store)
@@ -470,19 +475,20 @@ def skill_import_report(
     for path, folder in _skill_files(src):
         try:
             m = skill_memory(_read_skill(path), folder)
-            rows.append((str(path), *_import_one(store, m, trust, f"imported from {path}")))
+            rows.append((str(path), *_import_one(store, m, trust, update)))
         except (SkillFormatError, MemoryValidationError, StoreError, OSError) as e:
             rows.append((str(path), "refused", "", " ".join(str(e).split())[:300]))
     return rows
 
-# %% ../nbs/20b_skills.ipynb #34f1a5ff
+# %% ../nbs/20b_skills.ipynb #1f9636df
 def import_skills(
     src_dir,  # a skills folder (one `<name>/SKILL.md` per skill) or one SKILL.md
     store: MemoryStore,  # the bank (its namespace)
     trust: str = "untrusted",  # how far the files' text is trusted
+    update: bool = False,  # rewrite a stored memory whose id a skill names with its text
 ) -> dict:
     "Import Agent Skills through the gates; the counts of added, unchanged, updated and refused."
     counts = dict.fromkeys(("added", "unchanged", "updated", "refused"), 0)
-    for _, outcome, _, _ in skill_import_report(src_dir, store, trust):
+    for _, outcome, _, _ in skill_import_report(src_dir, store, trust, update):
         counts[outcome] += 1
     return counts

@@ -858,7 +858,7 @@ def test_export_skills_refusals_are_one_line(store, tmp_path):
         (["export", "--format", "skills", "--force", tmp_path / "x"], "--force is for file exports"),
         (["export", "--format", "json", tmp_path / "x.jsonl"], "does not match"),
         (["import", tmp_path / "missing-dir" / "SKILL.md"], "no such folder"),
-        (["import", mine, "--update"], "--update is for JSON exports"),
+        (["import", mine, "--update"], "holds no skill folder"),
     ]
     before = _dir_state(tmp_path)
     for argv, msg in cases:
