@@ -1021,8 +1021,6 @@ def test_agent_chosen_domains_are_names_not_text(tmp_path):
     ft.test_eq(accepted, [])
 
 
-@pytest.mark.xfail(strict=True, reason="REQUESTS10: reliability -> sharing: an untrusted skills folder rewrites any "
-                                       "memory whose id it names (bootstrap ids are public uuid5s) by default")
 def test_an_untrusted_skill_cannot_rewrite_a_trusted_memory_by_its_id(tmp_path):
     """Someone publishes a skills folder carrying the bootstrap pack's (public, fixed) ids with subtly
     wrong steps; importing it must not silently replace the user's trusted memory (the JSONL import
