@@ -50,7 +50,7 @@ def _learning_text(text) -> str:
         )
     return out
 
-# %% ../nbs/20a_session.ipynb #fcb3cf5a
+# %% ../nbs/20a_session.ipynb #fe13282e
 def _bound_store(store: MemoryStore, namespace) -> MemoryStore:
     "`store`, or the same file bound to `namespace` when another one is asked for."
     _check_store("Session", store)
@@ -61,10 +61,16 @@ def _bound_store(store: MemoryStore, namespace) -> MemoryStore:
     return store.in_namespace(namespace)
 
 
+_DOMAIN = re.compile(r"[^\W_][\w .:/@+-]{0,63}")  # a name: no controls, markers or sentences
+
+
 def _check_session_args(domain, task, trust) -> None:
     "Raise for a bad domain, task or trust level."
-    if domain is not None and (not isinstance(domain, str) or not domain.strip()):
-        raise ValueError(f"Session: domain must be a non-empty string or None, got {domain!r}")
+    if domain is not None and (not isinstance(domain, str) or not _DOMAIN.fullmatch(domain)):
+        raise ValueError(
+            "Session: domain must be a name (1-64 letters, digits, spaces and _.:/@+-) or None,"
+            f" got {domain!r:.80}"
+        )
     if task is not None and not isinstance(task, str):
         raise TypeError(f"Session: task must be a string or None, got {type(task).__name__}")
     if trust not in TRUST_LEVELS:
