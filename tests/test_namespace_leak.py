@@ -699,3 +699,25 @@ def test_claude_agent_in_both_modes_sees_only_its_tenant(bank, tmp_path):
         ft.test_eq(_foreign_hits(seen, bank, ns), [])
         assert {m.id for m in r.injected + r.recalled} <= bank["ids"][ns], mode
         assert (r.injected if mode == "inject" else r.recalled), mode  # it was given memories, its own
+
+
+def test_sync_and_status_reads_never_cross(tmp_path):
+    "changes_since (ids and tombstones), get_many, archived/quarantined listings and to_df(status=None)."
+    p = tmp_path / "sync.db"
+    a, b = MemoryStore(p, namespace="alice"), MemoryStore(p, namespace="bob")
+    mine = a.add(MemoryItem("Reconcile a bank statement", "Month end.", "1. Download the statement\n2. Match each line"))
+    theirs = [b.add(MemoryItem(f"Bob procedure {w}", "For bob.", f"1. Open the {w} page\n2. Check the {w} rows"))
+              for w in ("walnut", "hazel", "acorn", "chestnut")]
+    b.archive([theirs[0].id], ["leak test"])
+    b.quarantine([theirs[1].id], ["leak test"])
+    b.delete(theirs[2].id, reason="leak test")
+    rev, items, gone = a.changes_since(0)
+    ft.test_eq(([m.id for m in items], gone), ([mine.id], []))
+    ft.test_eq([m.id for m in a.get_many([t.id for t in theirs] + [mine.id])], [mine.id])
+    for status in ("active", "archived", "quarantined"):
+        assert not {m.id for m in a.items(status)} & {t.id for t in theirs}, status
+    ft.test_eq(set(a.to_df(status=None)["id"]), {mine.id})
+    ft.test_eq(a.count("archived") + a.count("quarantined"), 0)
+    a.delete(mine.id, reason="leak test")
+    rev2, items, gone = b.changes_since(0)  # bob's sync never hears of alice's deletion
+    assert mine.id not in gone and mine.id not in {m.id for m in items}
