@@ -50,7 +50,7 @@ def _learning_text(text) -> str:
         )
     return out
 
-# %% ../nbs/20a_session.ipynb #fe13282e
+# %% ../nbs/20a_session.ipynb #de4f0aa7
 def _bound_store(store: MemoryStore, namespace) -> MemoryStore:
     "`store`, or the same file bound to `namespace` when another one is asked for."
     _check_store("Session", store)
@@ -61,14 +61,14 @@ def _bound_store(store: MemoryStore, namespace) -> MemoryStore:
     return store.in_namespace(namespace)
 
 
-_DOMAIN = re.compile(r"[^\W_][\w .:/@+-]{0,63}")  # a name: no controls, markers or sentences
+_DOMAIN = re.compile(r"[^\W_][\w.:/@+-]{0,63}")  # a name: no spaces, controls or markers
 
 
 def _check_session_args(domain, task, trust) -> None:
     "Raise for a bad domain, task or trust level."
     if domain is not None and (not isinstance(domain, str) or not _DOMAIN.fullmatch(domain)):
         raise ValueError(
-            "Session: domain must be a name (1-64 letters, digits, spaces and _.:/@+-) or None,"
+            "Session: domain must be a name (1-64 letters, digits and _.:/@+-, no spaces) or None,"
             f" got {domain!r:.80}"
         )
     if task is not None and not isinstance(task, str):
