@@ -1041,3 +1041,24 @@ def test_an_untrusted_skill_cannot_rewrite_a_trusted_memory_by_its_id(tmp_path):
         f"metadata:\n  procmem-id: {target.id}\n"))
     skills.import_skills(d.parent, store)
     ft.test_eq([r for r in _rows_of(tmp_path / "s.db") if r[0] == target.id], before)
+
+
+def test_session_seed_never_carries_hostile_stored_text(tmp_path):
+    """A bank holding hostile memories written without the gates, all more confident than the one clean
+    memory: a resumed session's seed shows none that procmem's read check flags, inside an intact frame."""
+    import dataclasses
+    session = _need("procmem.session")
+    from procmem.trust import read_check
+    store = MemoryStore(tmp_path / "seed.db")
+    payloads = list(_tricks().values()) + (_payloads(20, seed=15) if INJECTIONS.exists() else [])
+    for m in _raw_hostile(store, payloads):  # most confident first: the seed would take them before anything
+        store.modify(m.id, lambda x: dataclasses.replace(x, confidence=1.0))
+    store.add(MemoryItem("Check invoice totals with the order", "Before paying.", GOOD_STEPS, domain="general"))
+    by_title = {m.title: m for m in store.items()}
+    flagged = [p for i, p in enumerate(payloads) if read_check(by_title[f"Check invoice totals before paying {i}"], "", 0)[0]]
+    assert len(flagged) >= len(payloads) - 3, len(flagged)
+    s = session.Session.resume(store, domain="general", min_confirmations=0)
+    text = s.seed_text()
+    assert "Check invoice totals with the order" in text
+    ft.test_eq(_frame_ok(text), [])
+    ft.test_eq([p[:60] for p in flagged if _shows(p)(text)], [])
