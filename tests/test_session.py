@@ -279,3 +279,34 @@ def test_learn_tool_through_the_sdk_tool_runner():
     before = store.count()
     ft.test_eq([r.action for r in s.reflect()], ["add"])
     ft.test_eq(store.count(), before + 1)
+
+
+def _session_worker(args):
+    path, k = args
+    store = MemoryStore(path)
+    s = Session(store, domain="alfworld", by=f"agent-{k}")
+    for r in reflections(ALF / "env_results_trial_2.json"):
+        s.learn(r)
+    s.learn(f"Agent {k}'s own finding: count the objects of kind {'abcdefgh'[k]} on every shelf before "
+            "picking one, so the right instance is taken first.")
+    return [(r.action, r.stored.id if r.stored else None) for r in s.reflect()]
+
+
+def test_sessions_reflecting_at_once_lose_nothing_and_duplicate_nothing(tmp_path):
+    "4 processes reflect the same Reflexion learnings plus one of their own into one store file."
+    import multiprocessing as mp
+    path = tmp_path / "m.db"
+    MemoryStore(path).close()
+    with mp.get_context("spawn").Pool(4) as pool:
+        outs = pool.map(_session_worker, [(path, k) for k in range(4)])
+    store = MemoryStore(path)
+    alone = MemoryStore()
+    s = Session(alone, domain="alfworld")
+    for r in reflections(ALF / "env_results_trial_2.json"):
+        s.learn(r)
+    s.reflect()
+    ft.test_eq(store.count(), alone.count() + 4)  # the shared ones once, each agent's own once
+    ft.test_eq(len({m.fingerprint for m in store.items()}), store.count())
+    for out in outs:  # every stored id a process was told about is in the store
+        assert all(i in store for a, i in out if i is not None), out
+    ft.test_eq(len(store.events(kind="session.reflect")) >= 4, True)
