@@ -723,3 +723,32 @@ def test_sync_and_status_reads_never_cross(tmp_path):
     a.delete(mine.id, reason="leak test")
     rev2, items, gone = b.changes_since(0)  # bob's sync never hears of alice's deletion
     assert mine.id not in gone and mine.id not in {m.id for m in items}
+
+
+def test_learning_in_one_tenant_never_confirms_or_changes_another(bank, tmp_path):
+    "run_with_memory(learn=True) in tenant a teaches a lesson identical to tenant b's memory: a learns it, b is untouched."
+    import shutil
+    from procmem.loop import run_with_memory
+    from procmem.judge import Judgment
+    from procmem.trajectory import Trajectory, Step
+    p = tmp_path / "learn.db"
+    shutil.copy(bank["path"], p)
+    a, b = bank["names"][1], bank["names"][3]
+    twin = next(m for m in MemoryStore(p, namespace=b).items() if m.title in bank["titles"][b])
+    theirs = [r for r in _rows(p) if r[0] in bank["ids"][b]]
+
+    def judge(artifact, llm=None):
+        return Judgment(True, "the rows were counted", 0.9)
+
+    def extractor(artifact, judgment, llm=None, domain=None):
+        return [MemoryItem(twin.title, twin.description, twin.content, tags=list(twin.tags))]
+
+    def agent(task, memory_block):
+        return Trajectory(task=task, steps=[Step(action="open the report", observation="12 rows")], answer="12")
+    for k in range(3):  # three runs of different tasks: whatever happens to a's copy, b's never moves
+        run_with_memory(f"Count the rows of the {['monthly', 'weekly', 'daily'][k]} report page", agent,
+                        MemoryStore(p, namespace=a), judge=judge,
+                        extractor=extractor)
+    ft.test_eq([r for r in _rows(p) if r[0] in bank["ids"][b]], theirs)
+    learned = [m for m in MemoryStore(p, namespace=a).items() if m.title == twin.title]
+    assert len(learned) == 1 and learned[0].id != twin.id and learned[0].namespace == a, learned
