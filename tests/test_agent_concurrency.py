@@ -5,7 +5,7 @@ budgets never exceeded when two adds race for the last of it, replace racing rem
 consistent with what each side was told, concurrent edits of one memory file never losing an
 acknowledged edit, and a SIGKILL in the middle of memory-tool writes leaving a store that opens
 with every acknowledged write."""
-import json, multiprocessing as mp, os, random, re, signal, subprocess, sys, textwrap, threading, time
+import contextlib, json, multiprocessing as mp, os, random, re, signal, subprocess, sys, textwrap, threading, time
 from pathlib import Path
 
 import fastcore.test as ft
@@ -521,3 +521,64 @@ def test_sigkill_during_budgeted_notes_keeps_every_acknowledged_change_and_the_b
         assert not extra or {m.replace("morning", "evening")} == extra, (missing, extra)
     assert sum(map(len, now)) <= TARGET_BUDGETS["user"]
     assert sum(x.startswith("R") for x in got) >= 3 and sum(x.startswith("P") for x in got) >= 1, got[-5:]
+
+
+# ---- SIGKILL in the middle of migrating an old store (format 4 -> namespaces)
+def _old_big_store(src: Path, dst: Path, n: int) -> None:
+    "The format-4 fixture with n more memories inserted as that format stored them (rows written with sqlite3)."
+    import shutil, sqlite3
+    shutil.copy(src, dst)
+    with contextlib.closing(sqlite3.connect(dst)) as c:
+        tmpl = json.loads(c.execute("SELECT data FROM memories WHERE status='active' LIMIT 1").fetchone()[0])
+        rows = []
+        for i in range(n):
+            d = dict(tmpl, id=f"big-{i}", title=f"{tmpl['title']} {i}", content=f"{tmpl['content']}\\n4. Note case {i}")
+            rows.append((d["id"], 100 + i, MemoryItem.from_dict(d).fingerprint, d["source_type"],
+                         d["domain"], d["created_at"], json.dumps(d), "active"))
+        c.executemany("INSERT INTO memories VALUES (?,?,?,?,?,?,?,?)", rows)
+        c.execute("UPDATE meta SET value=? WHERE key='rev'", (str(100 + n),))
+        c.commit()
+
+
+def _opener(db, started):
+    started.set()
+    s = MemoryStore(db)  # migrates
+    s.add(MemoryItem("Opened after the migration", "x", "1. open the store\\n2. add one"))
+    time.sleep(30)  # killed long before
+
+
+def test_sigkill_during_the_migration_of_an_old_store_loses_nothing(tmp_path):
+    import sqlite3
+    fixture = ROOT / "tests" / "fixtures" / "stores" / "store_format4.db"
+    if not fixture.exists():
+        pytest.skip(f"{fixture} not found")
+    template = tmp_path / "template.db"
+    _old_big_store(fixture, template, 40000)
+    with contextlib.closing(sqlite3.connect(template)) as c:
+        statuses = dict(c.execute("SELECT id, status FROM memories").fetchall())
+    rng, seen = random.Random(11), []
+    for trial in range(4):
+        db = tmp_path / f"old{trial}.db"
+        import shutil
+        shutil.copy(template, db)
+        started = CTX.Event()
+        p = CTX.Process(target=_opener, args=(str(db), started))
+        p.start()
+        assert started.wait(30)
+        time.sleep(0.03 * trial + rng.random() * 0.03)  # before, inside (~0.1 s here) or after the migration
+        p.kill()
+        p.join(30)
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as c:
+            seen.append(c.execute("SELECT value FROM meta WHERE key='format'").fetchone()[0])
+        s = MemoryStore(db)  # opens (migrating now if the kill came first)
+        ft.test_eq(s.check(), [])
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as c:
+            extra = c.execute("SELECT count(*) FROM memories WHERE id NOT IN (SELECT value FROM json_each(?))",
+                              (json.dumps(list(statuses)),)).fetchone()[0]
+        assert extra <= 1, extra  # at most the add the child made after migrating
+        for status in ("active", "archived", "quarantined"):
+            want = sum(v == status for v in statuses.values()) + (status == "active") * extra
+            ft.test_eq((trial, status, s.count(status)), (trial, status, want))
+        s.close()
+    print("format found after each kill:", seen)
+    ft.test_eq(MemoryStore(db).get("big-32345").namespace, "default")
