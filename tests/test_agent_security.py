@@ -1090,3 +1090,28 @@ def test_an_injection_spread_over_tags_is_held_back(how, tmp_path):
         store.close()
     assert cases[0][:60] not in through, through
     assert len(through) <= MAX_THROUGH * len(cases) + 1, (len(through), through)
+
+
+def test_skills_import_source_paths_that_are_not_a_real_folder(tmp_path):
+    "import_skills / `procmem import` of a linked folder, a linked SKILL.md, /dev/zero, a FIFO: refused, nothing read or stored."
+    skills = _need("procmem.skills")
+    real = tmp_path / "real" / "good"
+    real.mkdir(parents=True)
+    (real / "SKILL.md").write_text(_skill("good", "Check invoice totals before paying", GOOD_STEPS))
+    (tmp_path / "linkdir").symlink_to(tmp_path / "real", target_is_directory=True)
+    (tmp_path / "link.md").symlink_to(real / "SKILL.md")
+    os.mkfifo(tmp_path / "fifo.md")
+    db = tmp_path / "i.db"
+    store = MemoryStore(db)
+    for src in (tmp_path / "linkdir", tmp_path / "link.md", Path("/dev/zero"), tmp_path / "fifo.md", tmp_path / "none"):
+        t0 = time.time()
+        try:
+            counts = skills.import_skills(src, store)
+            ft.test_eq((src.name, counts.get("added")), (src.name, 0))
+        except (ValueError, OSError):
+            pass
+        assert time.time() - t0 < 5, src  # a FIFO or a device is never read
+        rc, out = _cli("--store", db, "import", src)
+        assert time.time() - t0 < 10, src
+    ft.test_eq(len(store), 0)
+    ft.test_eq(skills.import_skills(tmp_path / "real", store)["added"], 1)  # the real folder is fine
