@@ -821,7 +821,7 @@ def test_mcp_record_holds_back_injections_and_never_shows_them(tmp_path):
 
 
 def test_mcp_show_and_list_withhold_what_the_read_check_flags(tmp_path):
-    "A hostile memory stored without the gates (an old bank, another tool) is not shown by MCP show or list."
+    "A hostile memory stored without the gates (an old bank, another tool) is not shown by MCP show, list or recall."
     db = tmp_path / "m.db"
     store = MemoryStore(db)
     hostile = _raw_hostile(store, [BASE, _tricks()["permission"], _tricks()["fake_close_homoglyph"]])
@@ -829,11 +829,14 @@ def test_mcp_show_and_list_withhold_what_the_read_check_flags(tmp_path):
 
     async def steps(c):
         return ([_mcp_text(await c.call_tool("show", dict(id=m.id))) for m in hostile],
-                _mcp_text(await c.call_tool("list", dict(limit=100))))
-    shows, listing = _mcp_session(db, steps)
-    for m, text in zip(hostile, shows):
+                _mcp_text(await c.call_tool("list", dict(limit=100))),
+                [_mcp_text(await c.call_tool("recall", dict(query="check invoice totals " + m.content[-200:], k=20)))
+                 for m in hostile])
+    shows, listing, recalls = _mcp_session(db, steps)
+    for text in shows + recalls + [listing]:
         ft.test_eq(_frame_ok(text) if "procmem-memories" in text else [], [])
-        assert not _shows(m.content.split("3. ", 1)[1])(text), text[:300]
+    for m in hostile:
+        assert not any(_shows(m.content.split("3. ", 1)[1])(t) for t in shows + recalls + [listing]), m.id
 
 
 # ---- the reference agent's guards, against a model that misbehaves (scripted fake server, no network)
