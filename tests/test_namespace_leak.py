@@ -752,3 +752,32 @@ def test_learning_in_one_tenant_never_confirms_or_changes_another(bank, tmp_path
     ft.test_eq([r for r in _rows(p) if r[0] in bank["ids"][b]], theirs)
     learned = [m for m in MemoryStore(p, namespace=a).items() if m.title == twin.title]
     assert len(learned) == 1 and learned[0].id != twin.id and learned[0].namespace == a, learned
+
+
+def test_partition_holds_for_any_names_and_texts(tmp_path_factory):
+    "Hypothesis: any two valid tenant names (the documented alphabet) and any shared/own texts never leak."
+    hyp = pytest.importorskip("hypothesis")
+    st = hyp.strategies
+    name = st.from_regex(r"[A-Za-z0-9_@-][A-Za-z0-9_.@-]{0,20}", fullmatch=True)
+    word = st.sampled_from(["invoice", "ledger", "export", "report", "filter", "archive", "order", "refund", "page",
+                            "review", "total", "month", "region", "sales", "column", "login", "repo", "issue"])
+    text = st.lists(word, min_size=3, max_size=8).map(" ".join)
+
+    @hyp.settings(max_examples=25, deadline=None, suppress_health_check=list(hyp.HealthCheck))
+    @hyp.given(a=name, b=name, shared=st.lists(text, min_size=1, max_size=3), own=st.lists(text, min_size=1, max_size=3),
+               query=text)
+    def check(a, b, shared, own, query):
+        hyp.assume(a != b)
+        p = tmp_path_factory.mktemp("hyp") / "h.db"
+        sa, sb = MemoryStore(p, namespace=a), MemoryStore(p, namespace=b)
+        ids = {a: set(), b: set()}
+        for s, ns in ((sa, a), (sb, b)):
+            for t in shared + (own if ns == a else []):
+                m = s.add(MemoryItem(t.capitalize(), "When " + t + ".", "1. " + t + "\n2. check the " + t))
+                ids[ns].add(m.id)
+        for s, ns in ((sa, a), (sb, b)):
+            got = {m.id for m, _ in s.search(query, k=50)} | {m.id for m, _ in s.search(shared[0], k=1)}
+            assert got <= ids[ns], (ns, query)
+            ft.test_eq({m.id for m in s.items()}, ids[ns])
+        assert sb.search(shared[0], k=1), "the shared text is found in b too"
+    check()
