@@ -1,10 +1,11 @@
 """Several PROCESSES writing one store at once through the agent-facing write paths of issue 10:
-`procmem.tools.record`, `procmem.notes.memory_action`, Claude's memory tool (`ProcmemMemoryTool`) and
-`Session.reflect`. Exact counts, nothing acknowledged lost, no duplicates, per-target character
-budgets never exceeded when two adds race for the last of it, replace racing remove on one entry
-consistent with what each side was told, concurrent edits of one memory file never losing an
-acknowledged edit, and a SIGKILL in the middle of memory-tool writes leaving a store that opens
-with every acknowledged write."""
+`procmem.tools.record`, `procmem.notes.memory_action`, Claude's memory tool (`ProcmemMemoryTool`),
+`Session.reflect` and MCP servers. Exact counts, nothing acknowledged lost, no duplicates (also per
+tenant), per-target character budgets never exceeded when adds race for the last of it, replace racing
+remove consistent with what each side was told, concurrent edits of one memory file never losing an
+acknowledged edit, an old (format 4) store opened by several tenants at once migrated once; SIGKILL in
+the middle of memory-tool writes, of budgeted notes and of the migration leaving a store that opens with
+every acknowledged write. Children fork from one forkserver that imported procmem once (short runs)."""
 import contextlib, json, multiprocessing as mp, os, random, re, signal, subprocess, sys, textwrap, threading, time
 from pathlib import Path
 

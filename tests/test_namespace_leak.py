@@ -1,11 +1,14 @@
 """Tenants are a PARTITION (issue 10): one store file holds several namespaces, drawn at random
-(seeded: PROCMEM_LEAK_SEED) with identical, overlapping and unique texts built from the WebArena
-tasks of the shared data (written by others; a bank built from the bootstrap pack when absent).
-Through every entry point — store.search, retrieve_memories (and its question-form fallback),
-run_with_memory's block, the tools' recall, the memory tool's view, MCP recall/list/show (a real
-subprocess), the CLI's --namespace list/search/show/export, skills export, to_df/events_df —
-nothing of another namespace ever appears, and a write by id into another namespace is refused with
-the store unchanged."""
+(seeded: PROCMEM_LEAK_SEED; names include a case variant, an extension and a LIKE '_' pair) with
+identical, overlapping and unique texts built from the WebArena tasks of the shared data (written by
+others; a bank built from the bootstrap pack when absent), plus a hypothesis test over any valid names.
+Through every entry point — store.search/get/get_many/changes_since/items/to_df/events/export/import,
+retrieve_memories (and its question-form fallback), run_with_memory's block and learning, the tools'
+recall and SDK toolkit, memory_action, the memory tool's view and every command on a foreign path,
+Session seed/reflect, skills export/import, MCP recall/list/show/remove (real subprocesses), the CLI's
+--namespace / $PROCMEM_NAMESPACE on list/search/show/export/skills/stats and on writes, ClaudeAgent in
+both modes — nothing of another namespace ever appears, top-k is filtered before ranking, and a write
+by id into another namespace is refused with the store unchanged (and no existence oracle)."""
 import asyncio, contextlib, dataclasses, importlib, io, json, os, random, re, sqlite3, string, sys
 from pathlib import Path
 
