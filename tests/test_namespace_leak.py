@@ -753,6 +753,9 @@ def test_learning_in_one_tenant_never_confirms_or_changes_another(bank, tmp_path
                         MemoryStore(p, namespace=a), judge=judge,
                         extractor=extractor)
     ft.test_eq([r for r in _rows(p) if r[0] in bank["ids"][b]], theirs)
+    for ns in (a, b):  # no event of either tenant quotes the other (gate reasons name the closest memory)
+        text = json.dumps(MemoryStore(p, namespace=ns).events(), default=str)
+        ft.test_eq(_foreign_hits(text.replace(json.dumps(twin.title)[1:-1], ""), bank, ns), [])
     learned = [m for m in MemoryStore(p, namespace=a).items() if m.title == twin.title]
     assert len(learned) == 1 and learned[0].id != twin.id and learned[0].namespace == a, learned
 
