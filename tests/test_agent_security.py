@@ -557,9 +557,12 @@ def test_target_budgets_hold_through_every_entry_point(tmp_path):
         _mt(tool, command="create", path="/memories/billing/mover.md",
             file_text=f"# Reconcile the ledger for {target}\nAt month end.\n\n## Steps\n{long_steps.replace('line', 'row')}")
         _mt(tool, command="rename", old_path="/memories/billing/mover.md", new_path=f"/memories/{domain}/mover.md")
-        s = Session(store, domain=domain)
-        s.learn(f"For {target}: " + long_steps.replace("Check", "Confirm"))
-        s.reflect()
+        try:  # a session may refuse a notes domain outright
+            s = Session(store, domain=domain)
+            s.learn(f"For {target}: " + long_steps.replace("Check", "Confirm"))
+            s.reflect()
+        except ValueError:
+            pass
         if _target_chars(store, domain) > TARGET_BUDGETS[target]:
             over[target] = _target_chars(store, domain)
     ft.test_eq(over, {})
