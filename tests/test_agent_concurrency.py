@@ -294,6 +294,87 @@ def test_memory_tool_from_three_processes(tmp_path):
     ft.test_eq(MemoryStore(db).check(), [])
 
 
+def _mt_racer(db, role, rounds, barrier, out):
+    from anthropic.lib.tools import ToolError
+    from procmem.memory_tool import ProcmemMemoryTool
+    tool = ProcmemMemoryTool(MemoryStore(db))
+    got = []
+    for r in range(rounds):
+        barrier.wait(timeout=60)
+        try:
+            if role == "rename":
+                tool.call(dict(command="rename", old_path=f"/memories/plant/f{r}.md", new_path=f"/memories/plant/g{r}.md"))
+            else:
+                tool.call(dict(command="str_replace", path=f"/memories/plant/f{r}.md", old_str="Save the calibration",
+                               new_str="Sign the calibration"))
+            got.append("ok")
+        except ToolError as e:
+            got.append("error: " + str(e)[:120])
+        barrier.wait(timeout=60)
+    _out(out, got)
+
+
+def _interleaved(db, first: dict, between: dict):
+    """Run `first` with tool B, and `between` with tool A at the moment B has read and gated its memory
+    but not written it yet (the window two processes can hit): (B's answer, A's answer)."""
+    from procmem.memory_tool import ProcmemMemoryTool
+    a, b = ProcmemMemoryTool(MemoryStore(db)), ProcmemMemoryTool(MemoryStore(db))
+    told = {}
+    gate = b._gate_edit
+
+    def gate_then_other(*args, **kw):
+        out = gate(*args, **kw)
+        told["A"] = a.call(between)
+        return out
+    b._gate_edit = gate_then_other
+    told["B"] = b.call(first)
+    return told
+
+
+@pytest.mark.xfail(strict=True, reason="REQUESTS10: reliability -> memtool: an edit that read the file before a "
+                                       "same-directory rename committed writes the old file name back (rename lost)")
+def test_an_edit_never_undoes_a_rename_it_raced(tmp_path):
+    from procmem.memory_tool import ProcmemMemoryTool
+    db = tmp_path / "il.db"
+    p = _proc(3, 30)
+    ProcmemMemoryTool(MemoryStore(db)).call(dict(command="create", path="/memories/plant/f.md",
+                                                 file_text=f"# {p['title']}\n{p['description']}\n\n## Steps\n{p['content']}\n"))
+    told = _interleaved(db, dict(command="str_replace", path="/memories/plant/f.md", old_str="Save the calibration",
+                                 new_str="Sign the calibration"),
+                        dict(command="rename", old_path="/memories/plant/f.md", new_path="/memories/plant/g.md"))
+    assert told["A"].startswith("Successfully renamed"), told
+    listing = ProcmemMemoryTool(MemoryStore(db)).call(dict(command="view", path="/memories/plant"))
+    assert "/memories/plant/g.md" in listing and "/memories/plant/f.md" not in listing, (told, listing)
+
+
+@pytest.mark.xfail(strict=False, reason="REQUESTS10: reliability -> memtool (the same lost rename, hit by two real "
+                                        "processes when the timing falls in the window; strict in the test above)")
+def test_memory_tool_rename_racing_an_edit(tmp_path):
+    "Each round one process renames f.md -> g.md while another edits f.md: what each was told is what the bank holds."
+    from procmem.memory_tool import ProcmemMemoryTool
+    db, rounds = tmp_path / "rn.db", 8
+    tool = ProcmemMemoryTool(MemoryStore(db))
+    for r in range(rounds):
+        p = _proc(3, r)
+        tool.call(dict(command="create", path=f"/memories/plant/f{r}.md",
+                       file_text=f"# {p['title']}\n{p['description']}\n\n## Steps\n{p['content']}\n"))
+    barrier = CTX.Barrier(2)
+    _run([CTX.Process(target=_mt_racer, args=(str(db), role, rounds, barrier, str(tmp_path / f"{role}.json")))
+          for role in ("rename", "edit")])
+    ren = json.loads((tmp_path / "rename.json").read_text())
+    edi = json.loads((tmp_path / "edit.json").read_text())
+    fresh = ProcmemMemoryTool(MemoryStore(db))
+    listing = fresh.call(dict(command="view", path="/memories/plant"))
+    for r in range(rounds):
+        where = f"/memories/plant/g{r}.md" if ren[r] == "ok" else f"/memories/plant/f{r}.md"
+        other = f"/memories/plant/f{r}.md" if ren[r] == "ok" else f"/memories/plant/g{r}.md"
+        assert where in listing and other not in listing, (r, ren[r], edi[r])
+        text = fresh.call(dict(command="view", path=where))
+        ft.test_eq((r, edi[r] == "ok"), (r, "Sign the calibration" in text))  # an acknowledged edit is there
+    ft.test_eq(len(MemoryStore(db)), rounds)
+    print("rename/edit race:", list(zip([x[:5] for x in ren], [x[:5] for x in edi])))
+
+
 # ---- Session.reflect from 3 processes
 def _reflector(db, w, barrier, out):
     from procmem.session import Session
