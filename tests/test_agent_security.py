@@ -528,11 +528,6 @@ def _target_chars(store, domain: str) -> int:
     return sum(len(m.content) for m in store.items() if m.domain == domain)
 
 
-BUDGET_BYPASS = pytest.mark.xfail(strict=True, reason="REQUESTS10: reliability -> tools (notes), memtool: a target's "
-                                  "budget is bypassed by record(domain=...) and the memory tool writing its domain")
-
-
-@BUDGET_BYPASS
 def test_target_budgets_hold_through_every_entry_point(tmp_path):
     """memory_action's targets are domains of the bank; whatever writes into such a domain (record, the
     memory tool's create or rename, a session) cannot push the target past its character budget."""
