@@ -5,7 +5,7 @@ warning inside the tool_result the model gets back, exact token/cost totals, API
 failures the loop learns nothing from, both memory modes end to end through run_with_memory, and the
 A/B harness comparing the modes. Real agent behaviour: HotpotQA ReAct runs (Reflexion, MIT) replayed
 as tool calls, whose repeated searches the live guard must stop where an independent count says."""
-import re, sys, unicodedata
+import json, re, sys, unicodedata
 from pathlib import Path
 
 import pytest
@@ -98,6 +98,44 @@ def test_budget_stops_at_the_reply_that_crosses_it():
     assert t.metadata["stopped_by"] == "budget" and t.metadata["rounds"] == 1 and len(t.steps) == 1
     ft.test_close(t.metadata["cost_usd"], 2 * per_reply, eps=1e-12)  # spent at most one reply past the limit
     assert len(fake.requests) == 2
+
+
+def _request_bytes(request) -> int:
+    "UTF-8 bytes of what a recorded request sent the model (system, tools, messages), compact JSON."
+    body = request["body"]
+    sent = {k: body[k] for k in ("system", "tools", "messages") if k in body}
+    return len(json.dumps(sent, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def test_a_reply_without_usage_is_priced_at_its_bound():
+    """A gateway that strips usage on the 3rd reply of a run: that reply counts max_tokens output and
+    at least as many input tokens as the 3rd request carried bytes (a token is at least one byte)."""
+    script = [tool_use_reply(("sum_column", {"column": "sales"}), usage=usage(900, 40)),
+              tool_use_reply(("sum_column", {"column": "Sales"}), usage=usage(1000, 30)),
+              dict(text_reply("The total is 1200."), usage={"input_tokens": None})]
+    with scripted_anthropic(script) as fake:
+        t = ClaudeAgent(tools=[sum_column], max_tokens=512, client=fake.client())(TASK)
+    u = t.metadata["usage"]
+    assert (t.metadata["stopped_by"], t.answer, t.metadata["usage_estimated"]) == ("end_turn", "The total is 1200.", 1)
+    assert u["output_tokens"] == 40 + 30 + 512
+    assert u["input_tokens"] - 1900 >= _request_bytes(fake.requests[2]) > 0
+    price = PRICES[MODEL]
+    ft.test_close(t.metadata["cost_usd"], (u["input_tokens"] * price.input + u["output_tokens"] * price.output) / 1e6,
+                  eps=1e-12)
+    only_out = [dict(text_reply("1200"), usage={"input_tokens": 77})]  # a count that is there is kept
+    with scripted_anthropic(only_out) as fake:
+        t = ClaudeAgent(max_tokens=100, client=fake.client())(TASK)
+    assert (t.metadata["usage"]["input_tokens"], t.metadata["usage"]["output_tokens"]) == (77, 100)
+
+
+def test_a_budget_stops_a_run_whose_usage_is_stripped():
+    "Every reply without usage: the budget still stops the run before the round cap, and says why."
+    script = [dict(tool_use_reply(("sum_column", {"column": c})), usage={}) for c in ["sales"] * 2 + ["x"] * 8]
+    per_reply = 4096 * PRICES[MODEL].output / 1e6  # the output bound alone
+    with scripted_anthropic(script) as fake:
+        t = ClaudeAgent(tools=[sum_column], budget_usd=2.5 * per_reply, max_tool_rounds=50, client=fake.client())(TASK)
+    assert t.metadata["stopped_by"] == "budget" and t.metadata["usage_estimated"] == len(fake.requests)
+    assert 2 <= len(fake.requests) <= 3 and t.metadata["cost_usd"] >= 2.5 * per_reply
 
 
 def test_a_budget_needs_a_price_and_limits_are_checked_before_any_request():
@@ -386,6 +424,34 @@ def test_the_tool_arm_never_recalls_what_was_learned_from_its_own_task(store):
     assert "mem-self" in rows[False].loc[0, "recalled_ids"]  # it would be shown...
     assert "mem-self" not in rows[True].loc[0, "recalled_ids"] and rows[True].loc[0, "recalled_ids"]  # ...but is not
     assert rows[True].loc[0, "excluded_ids"] == ["mem-self"]
+
+
+def test_a_tool_use_reply_without_calls_stops_and_keeps_its_text():
+    script = [dict(text_reply("I will sum the sales column."), stop_reason="tool_use"), text_reply("1200")]
+    with scripted_anthropic(script) as fake:
+        t = ClaudeAgent(tools=[sum_column], client=fake.client())(TASK)
+    m = t.metadata
+    assert (m["stopped_by"], m["rounds"], t.answer, len(fake.requests)) == ("no_tool_calls", 0, None, 1)
+    assert t.metadata["last_text"] == "I will sum the sales column."
+
+
+def test_calls_to_tools_the_agent_lacks_are_steps_in_their_place_and_loops():
+    """A reply calling an unknown tool, the real one, then a raw definition nothing runs: three steps in
+    the reply's order; the model got the runner's error for the two; repeats of them stop the run."""
+    raw = {"name": "ask_human", "description": "Ask a person.", "input_schema": {"type": "object", "properties": {}}}
+    reply = tool_use_reply(("search_web", {"q": "sales"}), ("sum_column", {"column": "sales"}), ("ask_human", {}),
+                           text="Three things at once.")
+    with scripted_anthropic([reply, reply, reply]) as fake:
+        t = ClaudeAgent(tools=[sum_column, raw], doom_loop_calls=3, client=fake.client())(TASK)
+    names = [s.name for s in t.steps]
+    assert names == ["search_web", "sum_column", "ask_human"] * 2, names
+    assert t.steps[0].thought == "Three things at once." and t.steps[1].thought == ""
+    assert [bool(s.error) for s in t.steps[:3]] == [True, False, True]
+    sent = [result_text(b) for b in tool_results(fake.requests[1])]
+    assert sent[0] == t.steps[0].observation == "Error: Tool 'search_web' not found" and sent[1] == "total: 1200"
+    assert sent[2] == t.steps[2].observation == "Error: Tool 'ask_human' not found"
+    m = t.metadata
+    assert (m["stopped_by"], m["doom_loop"]["tool"], len(fake.requests)) == ("doom_loop", "search_web", 3)
 
 
 def test_a_paused_turn_is_resumed_not_counted_as_a_round():
