@@ -328,6 +328,9 @@ def test_recall_keeps_hostile_stored_text_inside_its_frame(tmp_path):
         if r.ids:
             shown += 1
             problems += _frame_ok(r.text)
+            heads = re.findall(r"^### \d+\. ", r.text, re.M)
+            if len(heads) != len(r.ids):  # no item header forged from inside an item
+                problems.append(f"{len(heads)} item headings for {len(r.ids)} items")
     ft.test_eq(problems, [])
     assert shown >= len(payloads) // 2, shown  # the frame was really exercised
     quarantined = {m.id for m in store.items("quarantined")}
