@@ -646,6 +646,11 @@ def test_cli_namespace_reads_never_cross(bank, tmp_path, monkeypatch):
         rc, out = _cli("--store", p, "--namespace", ns, "list", "--quarantined")
         ft.test_eq(rc, 0)
         assert set(UUID.findall(out)) <= bank["ids"][ns]
+        other = bank["names"][(bank["names"].index(ns) % (len(bank["names"]) - 1)) + 1]
+        monkeypatch.setenv("PROCMEM_NAMESPACE", other)  # the flag wins over the environment
+        rc, out = _cli("--store", p, "--namespace", ns, "list", "--limit", 1000)
+        ft.test_eq(set(UUID.findall(out)), bank["ids"][ns])
+        monkeypatch.delenv("PROCMEM_NAMESPACE")
 
 
 def test_cli_namespace_writes_by_foreign_id_change_nothing(bank, tmp_path, monkeypatch):
