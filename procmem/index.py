@@ -868,7 +868,7 @@ def refresh(self: BM25Index) -> bool:
         self._sig = sig
     return True
 
-# %% ../nbs/03_index.ipynb #b7ec1469
+# %% ../nbs/03_index.ipynb #5af900e7
 STORE_FIELDS = {"text": 1.0}
 _KEYWORDS = ("domain", "source_type", "namespace")
 _TEXT_SQL = " || ' ' || ".join(
@@ -886,7 +886,22 @@ _ROWS_SQL = (
     f"SELECT id, {_TEXT_SQL}, domain, source_type, {{ns}} FROM memories "
     "WHERE rev > ? AND json_valid(data) AND +{status} = 'active'"
 )
-_INACTIVE_SQL = "SELECT id FROM memories WHERE rev > ? AND +{status} <> 'active'"
+_INACTIVE_SQL = "SELECT id, {ns} FROM memories WHERE rev > ? AND +{status} <> 'active'"
+_TOMBSTONES_SQL = "SELECT id, {ns} FROM tombstones WHERE rev > ?"
+# Ids are unique per namespace (see `02_store`), so a document of the shared index is keyed by
+# both: `namespace/id` (a namespace never holds a '/'). An index whose meta does not say so (built
+# when ids were file-wide) is forgotten and rebuilt from the store.
+_DOC_KEYS = "namespace/id"
+
+
+def _doc_key(ns: str, id: str) -> str:
+    "The index document key of memory `id` of namespace `ns`."
+    return f"{ns}/{id}"
+
+
+def _doc_id(key: str) -> str:
+    "The memory id of an index document key."
+    return key.split("/", 1)[1]
 
 
 def memory_text(m: MemoryItem) -> str:
@@ -894,7 +909,7 @@ def memory_text(m: MemoryItem) -> str:
     examples = getattr(m, "example_queries", None) or []
     return " ".join([m.title, m.description, " ".join(m.tags), m.task_query, " ".join(examples)])
 
-# %% ../nbs/03_index.ipynb #fa07b380
+# %% ../nbs/03_index.ipynb #3130355b
 @patch
 def _index_writable(self: MemoryStore) -> bool:
     """Whether this store may write an index file: a file store, not read-only, in a writable
@@ -907,7 +922,7 @@ def _index_writable(self: MemoryStore) -> bool:
 @patch
 def _adopt(self: MemoryStore, ix: BM25Index) -> int:
     "The store revision `ix`'s base reflects (0, after forgetting it, if it is another store's)."
-    if ix.meta.get("store_id") != self.store_id:
+    if ix.meta.get("store_id") != self.store_id or ix.meta.get("doc_keys") != _DOC_KEYS:
         ix.reset()
     return int(ix.meta.get("rev", 0))
 
@@ -924,23 +939,31 @@ def _index(self: MemoryStore) -> BM25Index:
         self._bm25, self._bm25_rev = ix, self._adopt(ix)  # base + overlay reflect this revision
     return ix
 
-# %% ../nbs/03_index.ipynb #88679cb7
+# %% ../nbs/03_index.ipynb #d79e2e07
+@patch
+def _gone_keys(self: MemoryStore, c, base: int) -> list[str]:
+    "Document keys to drop: memories deleted, quarantined or archived after revision `base`."
+    ns = self._ns_sql  # the tombstones have the namespace column whenever the memories have it
+    gone = c.execute(_TOMBSTONES_SQL.format(ns=ns), (base,)).fetchall()
+    gone += c.execute(_INACTIVE_SQL.format(status=self._status_sql, ns=ns), (base,)).fetchall()
+    return [_doc_key(n, i) for i, n in gone]
+
+
 @patch
 def _feed_index(self: MemoryStore, ix: BM25Index, bulk: bool = False):
     "Bring `ix` to the store's revision: changes go to its overlay, or (`bulk`) into a new base."
     with self._read() as c:
         base = int(ix.meta.get("rev", 0)) if bulk else self._bm25_rev
         rev = int(c.execute("SELECT value FROM meta WHERE key='rev'").fetchone()[0])
-        deleted = [r[0] for r in c.execute("SELECT id FROM tombstones WHERE rev > ?", (base,))]
-        inactive = c.execute(_INACTIVE_SQL.format(status=self._status_sql), (base,))
-        deleted += [r[0] for r in inactive]  # quarantined or archived since: out of the index
+        deleted = self._gone_keys(c, base)
         sql = _ROWS_SQL.format(status=self._status_sql, ns=self._ns_sql)
         rows = (
-            (i, text, dict(domain=d, source_type=st, namespace=ns))
+            (_doc_key(ns, i), text, dict(domain=d, source_type=st, namespace=ns))
             for i, text, d, st, ns in c.execute(sql, (base,))
         )
         if bulk:
-            ix.flush(meta={"store_id": self.store_id, "rev": rev}, docs=rows, removed=deleted)
+            meta = {"store_id": self.store_id, "rev": rev, "doc_keys": _DOC_KEYS}
+            ix.flush(meta=meta, docs=rows, removed=deleted)
         else:
             for i in deleted:
                 ix.remove(i)
@@ -1014,7 +1037,7 @@ def _index_in_ram(self: MemoryStore, e: OSError) -> BM25Index:
         self._feed_index(ix)
     return ix
 
-# %% ../nbs/03_index.ipynb #62883546
+# %% ../nbs/03_index.ipynb #3421ece1
 @patch
 def search(
     self: MemoryStore, query: str, k: int = 5, domain=None, source_type=None
@@ -1025,7 +1048,7 @@ def search(
         raise TypeError(f"query must be a string, got {type(query).__name__}")
     filters = {"domain": domain, "source_type": source_type}  # each a value or a list of values
     filters["namespace"] = self.namespace  # inside the index query: the top k is this namespace's
-    hits = self.sync_index().search(query, k, filters=filters)
+    hits = [(_doc_id(key), sc) for key, sc in self.sync_index().search(query, k, filters=filters)]
     found = self.get_many([i for i, _ in hits])  # an id deleted meanwhile is skipped
     items = {m.id: m for m in found if m.status == "active"}  # and one put away meanwhile
     return [(items[i], score) for i, score in hits if i in items]

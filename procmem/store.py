@@ -91,15 +91,16 @@ class ReadOnlyWarning(UserWarning):
 class IndexWriteWarning(UserWarning):
     "The search index file could not be written (e.g. the disk is full); searches use memory."
 
-# %% ../nbs/02_store.ipynb #a87490ea
+# %% ../nbs/02_store.ipynb #dc8075ba
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS memories(id TEXT PRIMARY KEY, rev INTEGER NOT NULL, fingerprint TEXT NOT NULL,
+CREATE TABLE IF NOT EXISTS memories(id TEXT NOT NULL, rev INTEGER NOT NULL, fingerprint TEXT NOT NULL,
   source_type TEXT NOT NULL, domain TEXT NOT NULL, created_at TEXT NOT NULL, data TEXT NOT NULL,
-  status TEXT NOT NULL DEFAULT 'active', namespace TEXT NOT NULL DEFAULT 'default');
+  status TEXT NOT NULL DEFAULT 'active', namespace TEXT NOT NULL DEFAULT 'default',
+  PRIMARY KEY (id, namespace));
 CREATE INDEX IF NOT EXISTS memories_rev ON memories(rev);
-CREATE TABLE IF NOT EXISTS tombstones(id TEXT PRIMARY KEY, rev INTEGER NOT NULL,
-  namespace TEXT NOT NULL DEFAULT 'default');
+CREATE TABLE IF NOT EXISTS tombstones(id TEXT NOT NULL, rev INTEGER NOT NULL,
+  namespace TEXT NOT NULL DEFAULT 'default', PRIMARY KEY (id, namespace));
 CREATE INDEX IF NOT EXISTS tombstones_rev ON tombstones(rev);
 CREATE TABLE IF NOT EXISTS events(seq INTEGER PRIMARY KEY AUTOINCREMENT, at TEXT NOT NULL, kind TEXT NOT NULL,
   ids TEXT NOT NULL, detail TEXT NOT NULL, namespace TEXT NOT NULL DEFAULT 'default');
@@ -114,6 +115,7 @@ _INDEXES = (  # made after a migration has added the columns they use
     "CREATE INDEX IF NOT EXISTS memories_status_ns ON memories(namespace, status, domain)",
     "CREATE INDEX IF NOT EXISTS events_ns ON events(namespace, seq)",
 )
+_INDEX_NAMES = ("memories_meaning_ns", "memories_status_ns")  # of the keyed tables, in _INDEXES
 
 # %% ../nbs/02_store.ipynb #a45f6d8c
 QUICK_CHECK_MAX_BYTES = 8 * 2**20  # page-check files up to this size when opening them
@@ -426,7 +428,7 @@ def _read(self: MemoryStore):
         finally:
             self._con.execute("COMMIT")
 
-# %% ../nbs/02_store.ipynb #f1648176
+# %% ../nbs/02_store.ipynb #9a3c23c8
 @patch
 def _init_schema(self: MemoryStore):
     """Create the tables and the identity rows if they are missing; refuse a store from a newer
@@ -460,14 +462,43 @@ def _has_namespace(c, table: str = "memories") -> bool:
 
 
 _OLD_INDEXES = ("memories_fingerprint", "memories_meaning", "memories_status")  # formats 1-4
+_KEYED = ("memories", "tombstones")  # the tables whose key is (id, namespace)
+
+
+def _run_schema(c):
+    "Create the tables and plain indexes of `_SCHEMA` that are missing."
+    for stmt in _SCHEMA.split(";"):
+        if stmt.strip():
+            c.execute(stmt)
+
+
+def _keyed_by_namespace(c, table: str) -> bool:
+    "Whether `table`'s primary key is (id, namespace) (ids unique per namespace)."
+    pk = {r[1]: r[5] for r in c.execute(f"PRAGMA table_info({table})") if r[5]}
+    return pk == {"id": 1, "namespace": 2}
+
+
+def _rekey(c):
+    """Rebuild the tables keyed by id alone with the key (id, namespace), rows (and rowids) kept."""
+    old = [t for t in _KEYED if not _keyed_by_namespace(c, t)]
+    if not old:
+        return
+    for t in old:
+        c.execute(f"ALTER TABLE {t} RENAME TO {t}_file_wide")
+    for name in ("memories_rev", "tombstones_rev") + tuple(_INDEX_NAMES):
+        c.execute(f"DROP INDEX IF EXISTS {name}")  # they went with the renamed tables
+    _run_schema(c)
+    for t in old:
+        cols = ", ".join(r[1] for r in c.execute(f"PRAGMA table_info({t})"))
+        c.execute(f"INSERT INTO {t}(rowid, {cols}) SELECT rowid, {cols} FROM {t}_file_wide")
+        c.execute(f"DROP TABLE {t}_file_wide")
 
 
 def _create_or_migrate(c):
     """Create what is missing; move an older store to the current format (format 1: looser meaning
-    key; format 2: a status column, every memory active; format 4: namespaces, all 'default')."""
-    for stmt in _SCHEMA.split(";"):
-        if stmt.strip():
-            c.execute(stmt)
+    key; format 2: a status column, every memory active; format 4: namespaces, all 'default';
+    file-wide ids: re-keyed per namespace)."""
+    _run_schema(c)
     for name in _OLD_INDEXES:
         c.execute(f"DROP INDEX IF EXISTS {name}")
     if not _has_status(c):
@@ -475,6 +506,7 @@ def _create_or_migrate(c):
     for table in ("memories", "tombstones", "events"):
         if not _has_namespace(c, table):
             c.execute(f"ALTER TABLE {table} ADD COLUMN namespace TEXT NOT NULL DEFAULT 'default'")
+    _rekey(c)
     for stmt in _INDEXES:
         c.execute(stmt)
     for k, v in _SCHEMA_ROWS + (("store_id", str(uuid.uuid4())),):
@@ -649,7 +681,11 @@ def _log(self: MemoryStore, c, kind: str, ids, **detail):
         (utc_now(), kind, json.dumps(list(ids)), detail, self.namespace),
     )
 
-# %% ../nbs/02_store.ipynb #9eec9ba5
+# %% ../nbs/02_store.ipynb #a34da54f
+# A writer's row (format 5). The unary `+` keeps SQLite on the primary key: with `namespace=?` it
+# may pick the (namespace, status, domain) index and read every row of the namespace (64 ms per
+# search at 100k instead of 0.6 for `get_many`, measured with bench/retrieval.py).
+_OF_ID = "SELECT data FROM memories WHERE id=? AND +namespace=?"
 _SAME_MEANING = (
     "SELECT id, data FROM memories WHERE fingerprint=? AND (source_type = 'failure') = ? AND"
     " domain=? AND namespace=?"
@@ -665,12 +701,7 @@ def _insert(self: MemoryStore, c, item: MemoryItem, take_rev) -> str:
     """Insert or confirm one validated item inside a transaction; return 'added', 'confirmed',
     'held' or 'unchanged'."""
     fp, item = item.fingerprint, self._stamped(item)
-    row = c.execute("SELECT data, namespace FROM memories WHERE id=?", (item.id,)).fetchone()
-    if row and row[1] != self.namespace:
-        raise StoreConflictError(
-            f"id {item.id!r} is taken in this store file (ids are unique across its namespaces);"
-            " give the memory a new id"
-        )
+    row = c.execute(_OF_ID, (item.id, self.namespace)).fetchone()  # ids are per namespace
     if row:
         old = self._load_strict(item.id, row[0])
         if (old.fingerprint, old.source_type, old.domain) == (fp, item.source_type, item.domain):
@@ -684,10 +715,10 @@ def _insert(self: MemoryStore, c, item: MemoryItem, take_rev) -> str:
         return self._confirm_or_hold(c, self._load_strict(row[0], row[1]), item, take_rev)
     args = (item.id, take_rev(), fp, item.source_type, item.domain, item.created_at, _dump(item))
     c.execute(_INSERT, args + (item.status, self.namespace))
-    c.execute("DELETE FROM tombstones WHERE id=?", (item.id,))
+    c.execute("DELETE FROM tombstones WHERE id=? AND namespace=?", (item.id, self.namespace))
     return "added"
 
-# %% ../nbs/02_store.ipynb #1f3a1c88
+# %% ../nbs/02_store.ipynb #ef56366b
 @patch
 def _confirm_or_hold(
     self: MemoryStore, c, existing: MemoryItem, item: MemoryItem, take_rev=None
@@ -702,7 +733,8 @@ def _confirm_or_hold(
         return "unchanged"
     new = _confirmed(existing, item)
     rev = take_rev() if take_rev else self._next_rev(c)
-    c.execute("UPDATE memories SET rev=?, data=? WHERE id=?", (rev, _dump(new), new.id))
+    sql = "UPDATE memories SET rev=?, data=? WHERE id=? AND +namespace=?"
+    c.execute(sql, (rev, _dump(new), new.id, self.namespace))
     return "confirmed"
 
 
@@ -935,7 +967,7 @@ def _log_batch(self: MemoryStore, c, outcomes, counts: dict):
     if ids:
         self._log(c, "add_many", ids, **counts, **held)
 
-# %% ../nbs/02_store.ipynb #652f7904
+# %% ../nbs/02_store.ipynb #96d06615
 _INDEXED = (
     "title",
     "description",
@@ -957,7 +989,7 @@ STORE_COUNTERS = (
 _STATUS_FIELDS = ("status", "status_reasons")
 _UPDATE = (
     "UPDATE memories SET rev=?, fingerprint=?, source_type=?, domain=?, created_at=?, data=? "
-    "WHERE id=?"
+    "WHERE id=? AND +namespace=?"
 )
 _SAME_MEANING_ELSEWHERE = (
     "SELECT id FROM memories WHERE fingerprint=? AND (source_type = 'failure') = ? AND domain=? "
@@ -974,7 +1006,7 @@ def _row_for_write(self: MemoryStore, c, id: str) -> tuple[MemoryItem, int]:
         raise MemoryNotFoundError(f"no memory has id {id!r}{self._in_ns()}; use add() for new ones")
     return self._load_strict(id, row[0]), row[1]
 
-# %% ../nbs/02_store.ipynb #0e875631
+# %% ../nbs/02_store.ipynb #f4d08b95
 @patch
 def _rewrite(
     self: MemoryStore,
@@ -996,7 +1028,8 @@ def _rewrite(
     rev = self._next_rev(c) if changed else old_rev
     c.execute(
         _UPDATE,
-        (rev, new.fingerprint, new.source_type, new.domain, new.created_at, _dump(new), new.id),
+        (rev, new.fingerprint, new.source_type, new.domain, new.created_at, _dump(new), new.id)
+        + (self.namespace,),
     )
     if new.status == "active" and new.domain != old.domain:  # moved: the new domain's cap applies
         self._check_budget(c, {new.domain: 1})
@@ -1063,13 +1096,7 @@ def _event_args(kind, detail: dict) -> tuple[str, dict]:
         raise ValueError("'fields' is written by the store (the changed fields); use another name")
     return kind, dict(detail, **({"by": _who(detail["by"])} if "by" in detail else {}))
 
-# %% ../nbs/02_store.ipynb #5a2ce357
-# A writer's row (format 5). The unary `+` keeps SQLite on the primary key: with `namespace=?` it
-# may pick the (namespace, status, domain) index and read every row of the namespace (64 ms per
-# search at 100k instead of 0.6 for `get_many`, measured with bench/retrieval.py).
-_OF_ID = "SELECT data FROM memories WHERE id=? AND +namespace=?"
-
-
+# %% ../nbs/02_store.ipynb #97ab2ade
 @patch
 def delete(
     self: MemoryStore,
@@ -1088,7 +1115,7 @@ def delete(
         row = c.execute(_OF_ID, (id, self.namespace)).fetchone()
         if row is None:
             raise MemoryNotFoundError(f"no memory has id {id!r}{self._in_ns()}")
-        c.execute("DELETE FROM memories WHERE id=?", (id,))
+        c.execute("DELETE FROM memories WHERE id=? AND +namespace=?", (id, self.namespace))
         c.execute(
             "INSERT OR REPLACE INTO tombstones(id, rev, namespace) VALUES (?, ?, ?)",
             (id, self._next_rev(c), self.namespace),
@@ -1260,7 +1287,7 @@ def _outcome_arg(outcome) -> tuple[list, bool, str | None]:
         raise TypeError(msg)
     return list(dict.fromkeys(ids)), _verdict(success), _when(when)
 
-# %% ../nbs/02_store.ipynb #83feeb42
+# %% ../nbs/02_store.ipynb #98a47e5b
 @patch
 def _status_row(self: MemoryStore, c, id: str) -> MemoryItem:
     "The stored item `id` of this namespace inside a transaction; raises `MemoryNotFoundError`."
@@ -1276,8 +1303,8 @@ def _set_status(
 ) -> MemoryItem:
     "Write `old` with a new status and reasons, at a new revision (the index adds or drops it)."
     new = dataclasses.replace(old, status=status, status_reasons=reasons, **changes)  # validates
-    sql = "UPDATE memories SET rev=?, status=?, data=? WHERE id=?"
-    c.execute(sql, (self._next_rev(c), status, _dump(new), new.id))
+    sql = "UPDATE memories SET rev=?, status=?, data=? WHERE id=? AND +namespace=?"
+    c.execute(sql, (self._next_rev(c), status, _dump(new), new.id, self.namespace))
     return new
 
 # %% ../nbs/02_store.ipynb #77f95c5f
@@ -1714,7 +1741,7 @@ def _read_damaged(path: Path) -> tuple[list, list, bool]:
     finally:
         con.close()
 
-# %% ../nbs/02_store.ipynb #14529948
+# %% ../nbs/02_store.ipynb #523761b3
 def _split_rows(rows) -> tuple[list[MemoryItem], list[str]]:
     "(items that read and validate, ids of rows that do not), first row per id and fingerprint."
     items, bad, seen = [], [], set()
@@ -1725,14 +1752,15 @@ def _split_rows(rows) -> tuple[list[MemoryItem], list[str]]:
             bad.append(str(id))
             continue
         key = (m.namespace, m.fingerprint, m.source_type == "failure", m.domain)
-        if m.id not in seen and key not in seen:
+        if (m.namespace, m.id) not in seen and key not in seen:  # ids are per namespace
             items.append(m)
-        seen |= {m.id, key}
+        seen |= {(m.namespace, m.id), key}
     return items, bad
 
-# %% ../nbs/02_store.ipynb #d0e67f2a
-_SIGNATURE = (
-    b"CREATE TABLE memories(id TEXT PRIMARY KEY, rev INTEGER NOT NULL, fingerprint TEXT NOT NULL"
+# %% ../nbs/02_store.ipynb #12035ad5
+_SIGNATURES = (  # ids file-wide (formats 1-4), ids per namespace (format 5)
+    b"CREATE TABLE memories(id TEXT PRIMARY KEY, rev INTEGER NOT NULL, fingerprint TEXT NOT NULL",
+    b"CREATE TABLE memories(id TEXT NOT NULL, rev INTEGER NOT NULL, fingerprint TEXT NOT NULL",
 )
 
 
@@ -1748,7 +1776,8 @@ def _is_procmem(path: Path) -> bool:
             con.close()
     except sqlite3.DatabaseError:
         with open(path, "rb") as f:
-            return _SIGNATURE in f.read(65536)
+            head = f.read(65536)
+            return any(sig in head for sig in _SIGNATURES)
 
 # %% ../nbs/02_store.ipynb #2b85a023
 def _fill_fresh(path: Path, items: list, events: list, note: dict):

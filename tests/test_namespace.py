@@ -225,8 +225,6 @@ def test_question_form_fallback_stays_in_its_namespace(tmp_path):
 
 def _attempts(alice: MemoryStore, victim: MemoryItem, archived: str, held: str, own: str, tmp: Path):
     "Every write of another namespace's id: (name, call)."
-    clash = tmp / "clash.json"
-    clash.write_text(json.dumps([dict(victim.to_dict(), title="Rewritten by alice")]))
     edit = _as(victim, victim.id, "alice")
     edit.title = "Rewritten by alice"
     return [
@@ -240,9 +238,6 @@ def _attempts(alice: MemoryStore, victim: MemoryItem, archived: str, held: str, 
         ("merge", lambda: alice.merge([own, victim.id], by="alice")),
         ("merge second", lambda: alice.merge([victim.id, own], by="alice")),
         ("history", lambda: alice.history(victim.id)),
-        ("add same id", lambda: alice.add(_as(victim, victim.id))),
-        ("import update", lambda: alice.import_file(clash, update=True)),
-        ("import", lambda: alice.import_file(clash)),
     ]
 
 
@@ -281,6 +276,56 @@ def test_every_write_of_another_namespaces_id_is_refused(bank, tmp_path):
             ft.test_eq(victim_store.count("archived"), 3)  # restore_all restored alice's only
             victim_store.close()
         ft.test_eq(alice.count("archived"), 0)
+
+
+def _adds_of(store: MemoryStore, victim: MemoryItem, tmp: Path) -> list:
+    "Every way to add a memory with `victim`'s id (and text) into `store`: (name, call)."
+    clash = tmp / "clash.json"
+    clash.write_text(json.dumps([dict(victim.to_dict(), title="Rewritten by alice")]))
+    return [
+        ("add same id", lambda: store.add(_as(victim, victim.id))),
+        ("import update", lambda: store.import_file(clash, update=True)),
+        ("import", lambda: store.import_file(clash)),
+    ]
+
+
+def _answer(call) -> tuple:
+    "What a call answers: its result with the id masked, or its error's type and masked message."
+    try:
+        out = call()
+    except Exception as e:  # noqa: BLE001 -- the answer itself is compared
+        return type(e).__name__, str(e)
+    return "ok", (out.title, out.status) if isinstance(out, MemoryItem) else out
+
+
+def test_ids_are_per_namespace_and_adding_one_tells_nothing(bank, tmp_path):
+    """Ids are unique per namespace: adding (or importing, with or without update) another tenant's id
+    stores the caller's own memory, leaves the other tenant's byte for byte, and answers exactly as
+    for an id nobody holds (no existence oracle)."""
+    path, expect = bank
+    rng = random.Random(5)
+    for victim_ns in [ns for ns in NAMESPACES if ns != "alice"]:
+        work, fresh = tmp_path / f"{victim_ns}.db", tmp_path / f"{victim_ns}-fresh.db"
+        shutil.copyfile(path, work)
+        with MemoryStore(work, namespace=victim_ns, readonly=True) as v:
+            victim = v.get(rng.choice(sorted(expect[victim_ns]["active"])))
+        shutil.copyfile(path, fresh)
+        with MemoryStore(fresh, namespace=victim_ns) as v:
+            v.delete(victim.id, by="test")  # the same file where nobody holds the id
+        theirs = _ns_dump(work, victim_ns)
+        for (name, call), (_, unused) in zip(_adds_of(MemoryStore(work, namespace="alice"), victim, tmp_path),
+                                             _adds_of(MemoryStore(fresh, namespace="alice"), victim, tmp_path)):
+            ft.test_eq(_answer(call), _answer(unused))  # the same answer as where nobody holds the id
+            assert _ns_dump(work, victim_ns) == theirs, name
+        with MemoryStore(work, namespace="alice") as alice, MemoryStore(work, namespace=victim_ns) as them:
+            mine = alice.get(victim.id)
+            ft.test_eq((mine.namespace, mine.title), ("alice", "Rewritten by alice"))
+            ft.test_eq(them.get(victim.id).to_dict(), victim.to_dict())
+            assert victim.id in [m.id for m, _ in alice.search(mine.title, k=50)]
+            alice.delete(victim.id, by="alice")  # a tombstone of alice's: their copy stays searchable
+            ft.test_eq(them.get(victim.id).to_dict(), victim.to_dict())
+            assert victim.id in [m.id for m, _ in them.search(victim.title, k=50)]
+            assert victim.id not in [m.id for m, _ in alice.search(mine.title, k=50)]
 
 
 def test_add_restamps_and_update_keeps_the_namespace(tmp_path):
@@ -498,6 +543,56 @@ def test_migration_of_a_format_4_store_keeps_everything(tmp_path):
                            "ORDER BY seq").fetchall()[:len(old_events)], old_events)
     ft.test_eq(int(con.execute("SELECT value FROM meta WHERE key='rev'").fetchone()[0]), int(old_rev[0]) + 1)
     ft.test_eq(con.execute("SELECT count(*) FROM tombstones WHERE namespace='default'").fetchone()[0], 1)
+    for table in ("memories", "tombstones"):  # re-keyed: ids unique per namespace
+        ft.test_eq([r[1] for r in sorted(con.execute(f"PRAGMA table_info({table})"), key=lambda r: r[5]) if r[5]],
+                   ["id", "namespace"])
+    con.close()
+
+
+def test_a_store_written_with_file_wide_ids_is_rekeyed(tmp_path):
+    """A store written by procmem as of b721107 (format 5 with ids unique file-wide, before it was released):
+    opened for writing, its tables are re-keyed (id, namespace) in place, every row, rowid order, event, tombstone
+    and the search keep; its index file (keyed by id alone) is rebuilt; then a second tenant can reuse an id."""
+    old = _old_procmem(tmp_path, "b721107")
+    if old is None:
+        pytest.skip("git history of this checkout is not available")
+    db = tmp_path / "m.db"
+    code = """import sys
+from procmem import MemoryItem, MemoryStore
+for ns, n in (("alice", 6), ("bob", 4)):
+    with MemoryStore(sys.argv[1], namespace=ns) as s:
+        s.add_many([MemoryItem(f"{ns} procedure {i} for widgets", content=f"1. step {i}", id=f"{ns}-{i}") for i in range(n)])
+        s.delete(f"{ns}-1", by="t")
+        s.search("procedure widgets")
+        s.sync_index(flush=True)
+"""
+    r = _run_old(old, code, db, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-600:]
+    con = sqlite3.connect(db)
+    rows = con.execute("SELECT rowid, id, namespace, rev, data FROM memories ORDER BY rowid").fetchall()
+    events = con.execute("SELECT * FROM events ORDER BY seq").fetchall()
+    tombs = con.execute("SELECT id, rev, namespace FROM tombstones ORDER BY id").fetchall()
+    con.close()
+    with MemoryStore(db, namespace="bob") as bob:
+        ft.test_eq([m.id for m in bob], ["bob-0", "bob-2", "bob-3"])
+        ft.test_eq([m.id for m, _ in bob.search("procedure 2 widgets", k=1)], ["bob-2"])
+        ft.test_eq(bob.add(MemoryItem("Bob's own first step", content="1. mine", id="alice-0")).namespace, "bob")
+        alice = bob.in_namespace("alice")
+        ft.test_eq((alice.get("alice-0").title, bob.get("alice-0").title), ("alice procedure 0 for widgets",
+                                                                           "Bob's own first step"))
+        ft.test_eq([m.id for m, _ in alice.search("procedure 0 widgets", k=1)], ["alice-0"])
+        ft.test_eq(alice.check() + bob.check(), [])
+        alice.close()
+    con = sqlite3.connect(db)
+    ft.test_eq(con.execute("SELECT rowid, id, namespace, rev, data FROM memories ORDER BY rowid").fetchall()[:len(rows)],
+               rows)
+    ft.test_eq(con.execute("SELECT * FROM events ORDER BY seq").fetchall()[:len(events)], events)
+    ft.test_eq(con.execute("SELECT id, rev, namespace FROM tombstones ORDER BY id").fetchall(), tombs)
+    ft.test_eq(con.execute("SELECT value FROM meta WHERE key='format'").fetchone()[0], str(STORE_FORMAT))
+    ft.test_eq([r[1] for r in sorted(con.execute("PRAGMA table_info(memories)"), key=lambda r: r[5]) if r[5]],
+               ["id", "namespace"])
+    ft.test_eq({r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='index' AND sql IS NOT NULL")},
+               {"memories_rev", "tombstones_rev", "memories_meaning_ns", "memories_status_ns", "events_ns"})
     con.close()
 
 
