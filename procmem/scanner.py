@@ -12,10 +12,11 @@ from .text import fold_offsets, fold_text, hidden_chars
 from .values import find_values
 
 # %% auto #0
-__all__ = ['SCANNER_VERSION', 'SCAN_CATEGORIES', 'scan_memory_text', 'scan_memory']
+__all__ = ['SCANNER_VERSION', 'SCAN_CATEGORIES', 'TAG_SEPARATOR', 'TAG_MIN_WORDS', 'scan_memory_text', 'scan_memory']
 
-# %% ../nbs/11a_scanner.ipynb #a80c757b
-SCANNER_VERSION = "1"  # recorded in provenance when an item passed the scan; bump on rule changes
+# %% ../nbs/11a_scanner.ipynb #f8e19c99
+SCANNER_VERSION = "2"  # recorded in provenance when an item passed the scan; bump on rule changes
+# 2: tags are scanned joined as shown (an injection spread over tags)
 SCAN_CATEGORIES = (
     "hidden_char",
     "confusable",
@@ -750,15 +751,17 @@ def _with_text(f: Finding, text: str) -> Finding:
         f.category, f.start, f.end, text[f.start : f.end][:200], f.layer, f.field, f.detail
     )
 
-# %% ../nbs/11a_scanner.ipynb #ef74a3d2
+# %% ../nbs/11a_scanner.ipynb #09306d00
 _SCANNED = ("title", "description", "content", "task_query", "domain")
 _CLASSIFIED = ("title", "description", "content")  # prose fields (and their lineage) the model reads
+TAG_SEPARATOR = ", "  # how tags are shown to an agent ("Tags: a, b, c"), so how they are scanned
+TAG_MIN_WORDS = 6  # joined tags with fewer words are no evidence for the classifier
 
 
 def _item_texts(item: MemoryItem) -> list[tuple[str, str]]:
     "(field name, text) for every text a memory carries."
     out = [(name, getattr(item, name) or "") for name in _SCANNED]
-    out += [(f"tags[{i}]", t) for i, t in enumerate(item.tags)]
+    out += [("tags", TAG_SEPARATOR.join(item.tags))]  # as shown: one text, not one tag at a time
     out += [(f"example_queries[{i}]", q) for i, q in enumerate(item.example_queries)]
     for i, entry in enumerate(item.lineage):
         for k, v in (entry.items() if isinstance(entry, dict) else ()):
@@ -766,7 +769,14 @@ def _item_texts(item: MemoryItem) -> list[tuple[str, str]]:
                 out.append((f"lineage[{i}].{k}", v))
     return [(name, t) for name, t in out if isinstance(t, str) and t]
 
-# %% ../nbs/11a_scanner.ipynb #f7045b47
+# %% ../nbs/11a_scanner.ipynb #7c96d0aa
+def _classified(name: str, text: str) -> bool:
+    "Whether the classifier reads field `name`: prose, earlier versions, and tags long enough."
+    if name == "tags":
+        return len(text.split()) >= TAG_MIN_WORDS
+    return name.split("[")[0] in _CLASSIFIED or name.startswith("lineage[")
+
+# %% ../nbs/11a_scanner.ipynb #752ee6fd
 def scan_memory(
     item: MemoryItem,  # the memory to check (on write and again before injection)
     classifier: bool = True,  # also ask procmem.injection_model when it is available
@@ -776,7 +786,6 @@ def scan_memory(
         raise TypeError(f"scan_memory: item must be a MemoryItem, got {type(item).__name__}")
     out = []
     for name, text in _item_texts(item):
-        prose = name.split("[")[0] in _CLASSIFIED or name.startswith("lineage[")
-        for f in scan_memory_text(text, classifier and prose):
+        for f in scan_memory_text(text, classifier and _classified(name, text)):
             out.append(Finding(f.category, f.start, f.end, f.text, f.layer, name, f.detail))
     return out

@@ -225,9 +225,9 @@ def text_findings(item: MemoryItem) -> list[Finding]:
         _SCAN_CACHE[key] = tuple(scanned) + tuple(_permissions(item))
     return list(_SCAN_CACHE[key])
 
-# %% ../nbs/04a_trust.ipynb #ebe38f9d
+# %% ../nbs/04a_trust.ipynb #90ac3c36
 UNTRUSTED_INJECTION_THRESHOLD = 0.7  # classifier score that flags text from untrusted sources
-_STRICT_CACHE: dict = {}  # (title, description, content) -> findings at the stricter threshold
+_STRICT_CACHE: dict = {}  # (title, description, content, tags) -> findings at the stricter threshold
 
 
 def _strict_field(name: str, text: str, clf) -> list[Finding]:
@@ -249,17 +249,20 @@ def said_untrusted(item: MemoryItem) -> bool:
 
 
 def untrusted_findings(item: MemoryItem) -> list[Finding]:
-    """The stricter classifier check of an untrusted item's prose (title, description, content);
-    [] when clean or when the classifier is unavailable (cached by text)."""
+    """The stricter classifier check of an untrusted item's prose (title, description, content) and
+    of its tags joined as shown; [] when clean or when the classifier is unavailable (cached)."""
     clf = _scanner._classifier()
-    key = (item.title, item.description, item.content)
+    key = (item.title, item.description, item.content, _scanner.TAG_SEPARATOR.join(item.tags))
     if clf is None:
         return []
     if key not in _STRICT_CACHE:
         if len(_STRICT_CACHE) >= _SCAN_CACHE_SIZE:
             _STRICT_CACHE.clear()
         _STRICT_CACHE[key] = tuple(
-            f for n, t in zip(INJECTED_FIELDS, key) for f in _strict_field(n, t, clf)
+            f
+            for n, t in zip(INJECTED_FIELDS, key)
+            if _scanner._classified(n, t)  # tags: only a line long enough to be evidence
+            for f in _strict_field(n, t, clf)
         )
     return list(_STRICT_CACHE[key])
 

@@ -1051,8 +1051,6 @@ def _as_tags(p: str, how: str) -> list:
     return [p[j:j + 50].strip() or "x" for j in range(0, len(p), 50)][:20]
 
 
-@pytest.mark.xfail(strict=True, reason="REQUESTS10: reliability -> ns (gates): tags are scanned one by one; an "
-                                       "injection spread over tags is stored and shown (MCP show, memory-tool view)")
 @pytest.mark.parametrize("how", ["words", "pieces"])
 def test_an_injection_spread_over_tags_is_held_back(how, tmp_path):
     "Tags are shown joined ('Tags: Ignore, all, previous, instructions, ...'): they are gated as one text."
