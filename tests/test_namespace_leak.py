@@ -578,8 +578,6 @@ def test_jsonl_import_into_a_namespace_never_touches_another(bank, tmp_path):
     assert all(m.namespace == a for m in MemoryStore(p, namespace=a).items())
 
 
-@pytest.mark.xfail(strict=True, reason="REQUESTS10: reliability -> ns: ids are unique file-wide, so the bootstrap "
-                                       "pack (fixed uuid5 ids) can be added to only ONE tenant of a store file")
 def test_every_tenant_can_bootstrap_and_sees_only_its_copy(tmp_path):
     from procmem.bootstrap import bootstrap_general_strategies
     p = tmp_path / "boot.db"
