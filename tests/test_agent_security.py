@@ -53,9 +53,9 @@ def _needle(payload: str) -> str:
 
 
 def _rows_of(path) -> list[tuple]:
-    "Every memory row (id, rev, status, data) as stored, read-only."
+    "Every memory row (id, rev, status, data, namespace) as stored, read-only."
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as c:
-        return c.execute("SELECT id, rev, status, data FROM memories ORDER BY id").fetchall()
+        return c.execute("SELECT id, rev, status, data, namespace FROM memories ORDER BY namespace, id").fetchall()
 
 
 def _payloads(n: int, seed: int) -> list[str]:
@@ -635,12 +635,11 @@ def test_import_of_a_hostile_skills_folder(tmp_path):
     titles = {m.title for m in store.items()} | {m.title for m in store.items("quarantined")}
     assert not {"Outside secret procedure walnut", "Outside loose procedure hazel"} & titles, titles
     assert not any(_shows(payload)(_item_text(m)) for m in store.items())
-    ft.test_eq([r for r in _rows_of(tmp_path / "s.db") if r[0] == victim.id],
-               [r for r in before_victim if r[0] == victim.id])  # the other tenant's memory is untouched
+    ft.test_eq([r for r in _rows_of(tmp_path / "s.db") if r[4] == "victim"],
+               [r for r in before_victim if r[4] == "victim"])  # the other tenant's memories are untouched
     for m in store.items():
         ft.test_eq(m.namespace, "team")
         assert m.provenance.get("trust") != "trusted", m.provenance
-        assert m.id != victim.id
 
 
 def test_import_survives_a_yaml_alias_bomb(tmp_path):

@@ -99,9 +99,15 @@ def bank(tmp_path_factory):
 
 
 def _rows(path) -> list[tuple]:
-    "Every memory row as stored (id, rev, status, data): a write refused must leave these as they were."
+    """Every memory row as stored (namespace, id, rev, status, data), ordered: a write refused must leave
+    these as they were. (Ids are unique per namespace: a row is named by both.)"""
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as c:
-        return c.execute("SELECT id, rev, status, data FROM memories ORDER BY id").fetchall()
+        return c.execute("SELECT namespace, id, rev, status, data FROM memories ORDER BY namespace, id").fetchall()
+
+
+def _tenant_rows(path, ns) -> list[tuple]:
+    "The rows of namespace `ns` only."
+    return [r for r in _rows(path) if r[0] == ns]
 
 
 def _others(bank, ns) -> set:
@@ -322,16 +328,17 @@ def test_add_with_another_namespaces_id_never_touches_it(bank, tmp_path):
     shutil.copy(bank["path"], p)
     a, b = bank["names"][1], bank["names"][2]
     victim = sorted(MemoryStore(p, namespace=b).items(), key=lambda m: m.id)[0]
-    theirs = [r for r in _rows(p) if r[0] in bank["ids"][b]]
+    theirs = _tenant_rows(p, b)
     sa = MemoryStore(p, namespace=a)
     evil = MemoryItem("Overwrite by id", "An add that reuses another tenant's id.",
                       "1. Reuse the id\n2. Hope the row is replaced\n3. Read it back elsewhere", id=victim.id)
-    try:
+    try:  # ids are per namespace: a's own memory (whatever id it gets), or a refusal
         got = sa.add(evil)
-        assert got.id != victim.id and got.namespace == a
+        ft.test_eq((got.namespace, got.title), (a, "Overwrite by id"))
+        ft.test_eq(sa.get(got.id).title, "Overwrite by id")
     except (KeyError, ValueError, StoreError):
         pass
-    ft.test_eq([r for r in _rows(p) if r[0] in bank["ids"][b]], theirs)
+    ft.test_eq(_tenant_rows(p, b), theirs)
     # an item that says it belongs to b, added through a's store, lands in a (or is refused)
     other = MemoryItem("Re-home into another tenant", "An add naming another namespace.",
                        "1. Name the other namespace\n2. Add through this one\n3. Check where it went", namespace=b)
@@ -341,7 +348,7 @@ def test_add_with_another_namespaces_id_never_touches_it(bank, tmp_path):
         assert got.id not in {m.id for m in MemoryStore(p, namespace=b).items()}
     except (ValueError, StoreError):
         pass
-    ft.test_eq([r for r in _rows(p) if r[0] in bank["ids"][b]], theirs)
+    ft.test_eq(_tenant_rows(p, b), theirs)
 
 
 # ---- the agent-facing entry points of issue 10
@@ -470,12 +477,12 @@ def test_skills_import_into_a_namespace_never_touches_another(bank, tmp_path):
     a, b = bank["names"][1], bank["names"][2]
     out = tmp_path / "from-b"
     skills.export_skills(MemoryStore(p, namespace=b), out)
-    theirs = [r for r in _rows(p) if r[0] in bank["ids"][b]]
+    theirs = _tenant_rows(p, b)
     skills.import_skills(out, MemoryStore(p, namespace=a))
-    ft.test_eq([r for r in _rows(p) if r[0] in bank["ids"][b]], theirs)
+    ft.test_eq(_tenant_rows(p, b), theirs)
     mine = list(MemoryStore(p, namespace=a).items())
     assert all(m.namespace == a for m in mine)
-    assert not {m.id for m in mine} & bank["ids"][b]
+    assert len(mine) > len(bank["ids"][a]), "a got copies"  # (they may keep b's ids: ids are per namespace)
 
 
 def _mcp_session(db, ns, steps, *extra):
@@ -522,7 +529,7 @@ def test_mcp_recall_list_show_remove_never_cross(bank, tmp_path):
         for r, i in zip(out["show"] + out["remove"], foreign + foreign):
             assert r.is_error, _mcp_text(r)  # the error names the id asked for, nothing of the other tenant
             ft.test_eq(_foreign_hits(_mcp_text(r).replace(i, ""), bank, ns), [])
-        ft.test_eq([x for x in _rows(p) if x[0] not in bank["ids"][ns]], [x for x in before if x[0] not in bank["ids"][ns]])
+        ft.test_eq([x for x in _rows(p) if x[0] != ns], [x for x in before if x[0] != ns])
 
 
 def test_namespace_names_outside_the_rule_are_refused(tmp_path):
@@ -546,7 +553,7 @@ def test_admin_paths_stay_in_their_namespace(bank, tmp_path):
     p = tmp_path / "adm.db"
     shutil.copy(bank["path"], p)
     a = bank["names"][1]
-    rest = [r for r in _rows(p) if r[0] not in bank["ids"][a]]
+    rest = [r for r in _rows(p) if r[0] != a]
     sa = MemoryStore(p, namespace=a)
     shared = [m for m in sa.items() if m.title == bank["shared"][0][0] or m.title.startswith(bank["shared"][0][0] + " (")]
     assert len(shared) == 2, shared  # the identical item and its overlapping variant: mergeable
@@ -555,7 +562,7 @@ def test_admin_paths_stay_in_their_namespace(bank, tmp_path):
     for i in sorted(_others(bank, a))[:5]:
         with pytest.raises((KeyError, Exception)):
             sa.history(i)
-    ft.test_eq([r for r in _rows(p) if r[0] not in bank["ids"][a] and r[0] in {x[0] for x in rest}], rest)
+    ft.test_eq([r for r in _rows(p) if r[0] != a], rest)
     ft.test_eq(len(MemoryStore(p, namespace=a)), 1)
     assert all(m.namespace == a for m in MemoryStore(p, namespace=a).items("archived"))
 
@@ -567,14 +574,14 @@ def test_jsonl_import_into_a_namespace_never_touches_another(bank, tmp_path):
     a, b = bank["names"][1], bank["names"][2]
     out = tmp_path / "b.jsonl"
     MemoryStore(p, namespace=b).export(out)
-    theirs = [r for r in _rows(p) if r[0] in bank["ids"][b]]
+    theirs = _tenant_rows(p, b)
     before = _rows(p)
     from procmem.store import StoreError
     try:  # copies in a, or refused whole (ids are unique file-wide): never b's rows
         MemoryStore(p, namespace=a).import_file(out, update=True)
     except StoreError:
         ft.test_eq(_rows(p), before)
-    ft.test_eq([r for r in _rows(p) if r[0] in bank["ids"][b]], theirs)
+    ft.test_eq(_tenant_rows(p, b), theirs)
     assert all(m.namespace == a for m in MemoryStore(p, namespace=a).items())
 
 
@@ -741,7 +748,7 @@ def test_learning_in_one_tenant_never_confirms_or_changes_another(bank, tmp_path
     shutil.copy(bank["path"], p)
     a, b = bank["names"][1], bank["names"][3]
     twin = next(m for m in MemoryStore(p, namespace=b).items() if m.title in bank["titles"][b])
-    theirs = [r for r in _rows(p) if r[0] in bank["ids"][b]]
+    theirs = _tenant_rows(p, b)
 
     def judge(artifact, llm=None):
         return Judgment(True, "the rows were counted", 0.9)
@@ -755,7 +762,7 @@ def test_learning_in_one_tenant_never_confirms_or_changes_another(bank, tmp_path
         run_with_memory(f"Count the rows of the {['monthly', 'weekly', 'daily'][k]} report page", agent,
                         MemoryStore(p, namespace=a), judge=judge,
                         extractor=extractor)
-    ft.test_eq([r for r in _rows(p) if r[0] in bank["ids"][b]], theirs)
+    ft.test_eq(_tenant_rows(p, b), theirs)
     for ns in (a, b):  # no event of either tenant quotes the other (gate reasons name the closest memory)
         text = json.dumps(MemoryStore(p, namespace=ns).events(), default=str)
         ft.test_eq(_foreign_hits(text.replace(json.dumps(twin.title)[1:-1], ""), bank, ns), [])
