@@ -714,17 +714,48 @@ def _gate_edit(self: ProcmemMemoryTool, path: str, old: MemoryItem, new: MemoryI
         f"({why}); it is held apart for a person to review."
     )
 
-# %% ../nbs/19a_memory_tool.ipynb #bc7dcd74
-def _edit_step(cur, old, new, by: str, why: str, trust: str, name: str) -> MemoryItem:
-    "`cur` (as stored now) with `new`'s text, its old version in lineage; refuses a changed `cur`."
-    if cur.status != "active" or _editable(cur) != _editable(old):
+# %% ../nbs/19a_memory_tool.ipynb #72ba1312
+_TEXT = tuple(k for k in _EDITABLE if k != "domain")  # what an edit changes
+
+
+def _place(m: MemoryItem) -> tuple:
+    "Where `m` shows: its domain, the file name it was given and the one it shows as."
+    return m.domain, m.extra.get(_NAME_KEY), _file_stem(m)
+
+
+def _text(m: MemoryItem) -> dict:
+    "The fields of `m` an edit changes."
+    return {k: getattr(m, k) for k in _TEXT}
+
+
+def _change(cur: MemoryItem, old: MemoryItem, of: str) -> str | None:
+    "What happened to the memory read as `old`, now `cur`, to its `of` ('text' or 'place'); None."
+    if cur.status != "active":
+        return "it was deleted"
+    if of == "place" and _place(cur) != _place(old):
+        return "it was renamed or moved"
+    if of == "text" and _text(cur) != _text(old):
+        return "it was edited"
+    return None
+
+
+def _check_unchanged(cur: MemoryItem, old: MemoryItem, of: str) -> None:
+    "Refuse `cur` (as stored now) unless it is active with the `of` ('text', 'place') `old` had."
+    why = _change(cur, old, of)
+    if why:
         raise StoreConflictError(
-            "the memory changed meanwhile; nothing was written (view it again)"
+            f"the memory changed meanwhile ({why}); nothing was written (view it again)"
         )
+
+# %% ../nbs/19a_memory_tool.ipynb #73847262
+def _edit_step(cur, old, new, by: str, why: str, trust: str, name: str) -> MemoryItem:
+    "`cur` (as stored now) with `new`'s text, its old version in lineage; where `cur` is now."
+    _check_unchanged(cur, old, "text")
     level = least_trusted(trust, item_trust(cur))
     prov = {**cur.provenance, "trust": level, "edited": dict(by=by, at=utc_now(), why=why)}
-    extra = {**cur.extra, _NAME_KEY: name}
-    out = dataclasses.replace(cur, **_editable(new), provenance=prov, extra=extra)
+    moved = _place(cur) != _place(old)  # renamed meanwhile: it keeps that name
+    extra = cur.extra if moved else {**cur.extra, _NAME_KEY: name}
+    out = dataclasses.replace(cur, **_text(new), provenance=prov, extra=extra)
     return out.add_lineage({**_version(cur), "why": why, "by": by})
 
 
@@ -745,7 +776,16 @@ def _write_edit(
     self._note(stored.id, self.recorded_ids)
     return stored
 
-# %% ../nbs/19a_memory_tool.ipynb #9dc666b0
+
+@patch
+def _moved_note(self: ProcmemMemoryTool, old: MemoryItem, name: str, stored: MemoryItem) -> str:
+    "A sentence saying where the edited memory is when a rename landed meanwhile; else ''."
+    if stored is old or (stored.domain, stored.extra.get(_NAME_KEY)) == (old.domain, name):
+        return ""
+    now = self._path_of(stored.id)  # None: moved where this tool does not show
+    return f" It was renamed meanwhile and is now {now}." if now else " It was moved meanwhile."
+
+# %% ../nbs/19a_memory_tool.ipynb #53adcd26
 def _lines_of(text: str, s: str) -> str:
     "The line numbers (1-based) where `s` starts in `text`, comma-separated."
     out, i = [], text.find(s)
@@ -782,8 +822,8 @@ def _str_replace(self: ProcmemMemoryTool, command) -> str:
     line = text[:pos].count("\n")
     snippet = _numbered(_lines(stored)[max(0, line - 2) : line + 3], max(0, line - 2) + 1)
     head = (
-        "The memory file has been edited. Here is the snippet showing the change (with line"
-        " numbers):"
+        f"The memory file has been edited.{self._moved_note(item, f, stored)} Here is the snippet"
+        " showing the change (with line numbers):"
     )
     return head + "\n" + snippet
 
@@ -801,10 +841,22 @@ def _insert(self: ProcmemMemoryTool, command) -> str:
             f" {len(lines)}]."
         )
     lines.insert(at, command.insert_text.rstrip("\n"))
-    self._write_edit(path, f, item, "\n".join(lines) + "\n", "insert")
-    return f"The file {path} has been edited."
+    stored = self._write_edit(path, f, item, "\n".join(lines) + "\n", "insert")
+    return f"The file {path} has been edited.{self._moved_note(item, f, stored)}"
 
-# %% ../nbs/19a_memory_tool.ipynb #3673131f
+# %% ../nbs/19a_memory_tool.ipynb #fd757f99
+@patch
+def _archive_shown(self: ProcmemMemoryTool, items: list, why: str) -> None:
+    "Archive `items` (as read) in one write transaction, or nothing if one moved or went meanwhile."
+    reasons = _store_status._reasons_by_id([m.id for m in items], why)
+    with self.store._write() as c:
+        curs = [self.store._status_row(c, m.id) for m in items]
+        for cur, m in zip(curs, items):
+            _check_unchanged(cur, m, "place")  # an edit landed first: archived with it
+        self.store._put_away(c, curs, reasons)
+        self.store._log(c, "archive", list(reasons), by=self.by, reasons=reasons[items[0].id])
+
+
 @patch
 def _delete(self: ProcmemMemoryTool, command) -> str:
     "`delete`: archive the memory (or every memory of the directory); never a purge."
@@ -816,18 +868,14 @@ def _delete(self: ProcmemMemoryTool, command) -> str:
     if f is None and d not in tree:
         raise ToolError(f"The path {path} does not exist")
     items = list(tree[d].values()) if f is None else [self._file(path)[2]]
-    why = f"deleted through the memory tool: {path}"
-    self.store.archive([m.id for m in items], why, by=self.by)
+    self._archive_shown(items, f"deleted through the memory tool: {path}")
     count = f" ({len(items)} memories)" if f is None else ""
     return f"Successfully deleted {path}{count}: archived, a person can restore it"
 
-# %% ../nbs/19a_memory_tool.ipynb #2ce67ac6
+# %% ../nbs/19a_memory_tool.ipynb #c953fdbe
 def _move_step(cur, old, domain: str, name: str, by: str, why: str) -> MemoryItem:
-    "`cur` moved to `domain` under file name `name`; refuses a changed `cur`."
-    if cur.status != "active" or _editable(cur) != _editable(old):
-        raise StoreConflictError(
-            "the memory changed meanwhile; nothing was written (view it again)"
-        )
+    "`cur` (its text as now) moved to `domain`, file name `name`; refuses one moved or deleted."
+    _check_unchanged(cur, old, "place")
     moved = dict(by=by, at=utc_now(), why=why)
     moved.update({"from_domain": cur.domain} if domain != cur.domain else {})
     prov = {**cur.provenance, "moved": moved}
@@ -841,11 +889,13 @@ def _rename_file(self: ProcmemMemoryTool, old: str, new: str, nd: str, nf: str) 
     _, _, item = self._file(old)
     _check_not_notes(old, item.domain)
     _check_names(new, nf, *([] if nd in self._tree() else [nd]))
-    if nf in self._tree().get(nd, {}):
-        raise ToolError(f"The destination {new} already exists")
     domain, why = self._domain_of(nd, new), f"memory tool rename {old} -> {new}"
-    step = functools.partial(_move_step, old=item, domain=domain, name=nf, by=self.by, why=why)
-    self.store.modify(item.id, step, kind="rename", by=self.by, reason=why)
+    with self.store._write() as c:  # the tree re-read inside: a name taken meanwhile is seen
+        if nf in self._tree().get(nd, {}):
+            raise ToolError(f"The destination {new} already exists")
+        cur, rev = self.store._row_for_write(c, item.id)
+        moved = _move_step(cur, item, domain, nf, self.by, why).validate()
+        self.store._rewrite(c, cur, rev, moved, "rename", by=self.by, reason=why)
     self._note(item.id, self.recorded_ids)
 
 
@@ -861,6 +911,8 @@ def _rename_dir(self: ProcmemMemoryTool, old: str, new: str, od: str, nd: str) -
     _check_not_notes(old, next(iter(tree[od].values())).domain)
     domain, why = self._domain_of(nd, new), f"memory tool rename {old} -> {new}"
     with self.store._write() as c:
+        if nd in self._tree():  # made meanwhile by another agent
+            raise ToolError(f"The destination {new} already exists")
         for f, m in tree[od].items():
             cur, rev = self.store._row_for_write(c, m.id)
             moved = _move_step(cur, m, domain, f, self.by, why).validate()

@@ -331,8 +331,6 @@ def _interleaved(db, first: dict, between: dict):
     return told
 
 
-@pytest.mark.xfail(strict=True, reason="REQUESTS10: reliability -> memtool: an edit that read the file before a "
-                                       "same-directory rename committed writes the old file name back (rename lost)")
 def test_an_edit_never_undoes_a_rename_it_raced(tmp_path):
     from procmem.memory_tool import ProcmemMemoryTool
     db = tmp_path / "il.db"
@@ -347,8 +345,6 @@ def test_an_edit_never_undoes_a_rename_it_raced(tmp_path):
     assert "/memories/plant/g.md" in listing and "/memories/plant/f.md" not in listing, (told, listing)
 
 
-@pytest.mark.xfail(strict=False, reason="REQUESTS10: reliability -> memtool (the same lost rename, hit by two real "
-                                        "processes when the timing falls in the window; strict in the test above)")
 def test_memory_tool_rename_racing_an_edit(tmp_path):
     "Each round one process renames f.md -> g.md while another edits f.md: what each was told is what the bank holds."
     from procmem.memory_tool import ProcmemMemoryTool

@@ -640,3 +640,118 @@ def test_plain_notes_are_taken_and_a_root_level_file_is_pointed_to_a_directory()
     with pytest.raises(ToolError, match="'# <title>'"):
         tool.call(dict(command="str_replace", path=p, old_str="# Checkout tips", new_str="Checkout tips"))
     assert store.get("mem-1") == m
+
+
+# ---- races: two agents' commands on one file (issue 10; REQUESTS10 reliability -> memtool)
+F, G, H, E = (f"/memories/general/{n}.md" for n in "fghe")
+EDIT = dict(command="str_replace", path=F, old_str="Call search_entity with the label as written",
+            new_str="Call search_entity with the label exactly as written")
+RACES = {  # B's command, the method of B where A's command lands (B has read its file), A's command
+    "rename/rename": (dict(command="rename", old_path=F, new_path=H), "_domain_of",
+                      dict(command="rename", old_path=F, new_path=G)),
+    "delete/rename": (dict(command="delete", path=F), "_archive_shown", dict(command="rename", old_path=F, new_path=G)),
+    "rename/delete": (dict(command="rename", old_path=F, new_path=G), "_domain_of", dict(command="delete", path=F)),
+    "edit/delete": (EDIT, "_gate_edit", dict(command="delete", path=F)),
+    "edit/edit": (EDIT, "_gate_edit", dict(EDIT, new_str="Call search_entity with the label as the task spells it")),
+    "same name": (dict(command="rename", old_path=E, new_path=G), "_domain_of", dict(command="rename", old_path=F, new_path=G)),
+    "dir/file": (dict(command="rename", old_path="/memories/general", new_path="/memories/kg"), "_domain_of",
+                 dict(command="rename", old_path=F, new_path=G)),
+    "dir/new dir": (dict(command="rename", old_path="/memories/general", new_path="/memories/kg"), "_domain_of",
+                    dict(command="create", path="/memories/kg/x.md",
+                         file_text=memory_markdown(bootstrap_general_strategies()[2]))),
+}
+BOTH_LAND = {  # commands that commute: each keeps the other's change
+    "edit/rename": (EDIT, "_gate_edit", dict(command="rename", old_path=F, new_path=G)),
+    "insert/rename": (dict(command="insert", path=F, insert_line=8, insert_text="6. Read the task twice."),
+                      "_gate_edit", dict(command="rename", old_path=F, new_path=G)),
+    "edit/move": (EDIT, "_gate_edit", dict(command="rename", old_path=F, new_path="/memories/kg/g.md")),
+    "rename/edit": (dict(command="rename", old_path=F, new_path=G), "_domain_of", EDIT),
+    "dir/edit": (dict(command="rename", old_path="/memories/general", new_path="/memories/kg"), "_domain_of", EDIT),
+}
+
+
+def _race(tmp_path, b_cmd, step, a_cmd):
+    "Tool B runs `b_cmd`; tool A's `a_cmd` lands when B reaches `step`. (A's answer, B's, bank dump after A, store)."
+    store = MemoryStore(tmp_path / "race.db")
+    pack = bootstrap_general_strategies()
+    a, b = ProcmemMemoryTool(store, by="agent-a", new_id=_ids("a")), ProcmemMemoryTool(store, by="agent-b", new_id=_ids("b"))
+    a.call(dict(command="create", path=F, file_text=memory_markdown(pack[0])))
+    a.call(dict(command="create", path=E, file_text=memory_markdown(pack[1])))
+    inner, told = getattr(b, step), {}
+
+    def cut_in(*args, **kw):
+        try:
+            told["A"] = a.call(a_cmd)
+        except ToolError as e:
+            told["A"] = f"ERROR {e}"
+        told["dump"] = dump(store)
+        return inner(*args, **kw)
+    setattr(b, step, cut_in)
+    try:
+        told["B"] = b.call(b_cmd)
+    except ToolError as e:
+        told["B"] = f"ERROR {e}"
+    return told["A"], told["B"], told["dump"], store
+
+
+@pytest.mark.parametrize("case", list(RACES))
+def test_a_command_that_read_a_file_before_another_agent_changed_it_writes_nothing(tmp_path, case):
+    "A's command is acknowledged; B's, which read the file before A committed, is refused and changes no byte."
+    a_told, b_told, after_a, store = _race(tmp_path, *RACES[case])
+    assert not a_told.startswith("ERROR"), a_told
+    assert b_told.startswith("ERROR"), b_told
+    assert "changed meanwhile" in b_told or "already exists" in b_told, b_told
+    assert dump(store) == after_a  # nothing of B's was written: no item, no event
+    fresh = ProcmemMemoryTool(MemoryStore(store.path))
+    listing = fresh.call(dict(command="view", path="/memories"))
+    if a_told.startswith("Successfully renamed"):  # what A was told is what the bank holds
+        assert a_told.split(" to ")[-1] in listing and F not in listing, listing
+    if a_told.startswith("File created"):  # B's directory rename did not merge into A's new directory
+        assert "/memories/kg/x.md" in listing and "/memories/kg/f.md" not in listing, listing
+    if a_told.startswith("Successfully deleted"):
+        assert F not in listing and store.get("a-1").status == "archived"
+    if a_told.startswith("The memory file has been edited"):  # B's edit did not overwrite A's
+        assert "as the task spells it" in store.get("a-1").content
+    else:
+        assert "Call search_entity with the label as written" in store.get("a-1").content
+
+
+@pytest.mark.parametrize("case", list(BOTH_LAND))
+def test_an_edit_and_a_rename_that_race_both_land(tmp_path, case):
+    "Edits change the text, renames the place: whichever commits second keeps the first's change."
+    a_told, b_told, _, store = _race(tmp_path, *BOTH_LAND[case])
+    assert not a_told.startswith("ERROR") and not b_told.startswith("ERROR"), (a_told, b_told)
+    m = store.get("a-1")
+    where = {"edit/move": "/memories/kg/g.md", "dir/edit": "/memories/kg/f.md"}.get(case, G)
+    ft.test_eq((m.status, m.domain, m.extra["memory_file"]), ("active", where.split("/")[2], where.split("/")[3][:-3]))
+    edited = "label exactly as written" in m.content or "6. Read the task twice." in m.content
+    assert edited, m.content
+    ft.test_eq(ProcmemMemoryTool(MemoryStore(store.path))._path_of("a-1"), where)
+    if b_told.startswith("The memory file has been edited") or b_told.startswith("The file"):
+        assert f"It was renamed meanwhile and is now {where}." in b_told, b_told  # the agent is told where
+    kinds = [e["kind"] for e in store.events()[2:] if "a-1" in e["ids"]]
+    ft.test_eq(sorted(kinds), ["edit", "rename"])
+
+
+def test_a_delete_that_lands_after_an_edit_archives_the_edited_memory(tmp_path):
+    "The one race where both land: as `rm` after a change, the memory is archived with the edit, restorable."
+    a_told, b_told, _, store = _race(tmp_path, dict(command="delete", path=F), "_archive_shown", EDIT)
+    assert a_told.startswith("The memory file has been edited"), a_told
+    assert b_told == f"Successfully deleted {F}: archived, a person can restore it", b_told
+    m = store.get("a-1")
+    assert m.status == "archived" and "label exactly as written" in m.content
+    ft.test_eq([e["kind"] for e in store.events()][-2:], ["edit", "archive"])
+    store.restore("a-1", by="a person")
+    assert "label exactly as written" in ProcmemMemoryTool(store).call(dict(command="view", path=F))
+
+
+def test_the_race_checks_cost_nothing_without_a_race(tmp_path):
+    "Without a concurrent change, every command lands as before: edit, rename, directory rename, delete."
+    store = MemoryStore(tmp_path / "calm.db")
+    tool = ProcmemMemoryTool(store, new_id=_ids())
+    tool.call(dict(command="create", path=F, file_text=memory_markdown(bootstrap_general_strategies()[0])))
+    assert tool.call(EDIT).startswith("The memory file has been edited")
+    assert tool.call(dict(command="rename", old_path=F, new_path=G)) == f"Successfully renamed {F} to {G}"
+    assert tool.call(dict(command="rename", old_path="/memories/general", new_path="/memories/kg")).startswith("Success")
+    assert tool.call(dict(command="delete", path="/memories/kg/g.md")).startswith("Successfully deleted")
+    ft.test_eq([e["kind"] for e in store.events()], ["add", "edit", "rename", "rename", "archive"])
