@@ -797,3 +797,39 @@ def test_partition_holds_for_any_names_and_texts(tmp_path_factory):
             ft.test_eq({m.id for m in s.items()}, ids[ns])
         assert sb.search(shared[0], k=1), "the shared text is found in b too"
     check()
+
+
+def test_the_same_id_in_two_tenants_is_two_memories(tmp_path):
+    """Ids are unique per namespace: b's export imported into a gives a copies under the SAME ids. Every
+    id-keyed call through a (counters, update, archive, delete, history, search, index, tombstones)
+    touches and shows a's copy only."""
+    import dataclasses as dc
+    import procmem.editing  # noqa: F401 (adds MemoryStore.history)
+    p = tmp_path / "same.db"
+    a, b = MemoryStore(p, namespace="alice"), MemoryStore(p, namespace="bob")
+    items = [b.add(MemoryItem(f"Reconcile the {w} ledger", f"At month end, for the {w} ledger.",
+                              f"1. Export the {w} ledger\n2. Match each {w} line\n3. Flag the rest"))
+             for w in ("walnut", "hazel", "acorn", "chestnut")]
+    b.export(tmp_path / "bob.jsonl")
+    a.import_file(tmp_path / "bob.jsonl")
+    shared = [m.id for m in items if m.id in {x.id for x in a.items()}]
+    assert len(shared) == 4, shared  # the same ids, now in both tenants
+    bobs = _tenant_rows(p, "bob")
+    bob_events = b.events()
+    a.record_access(shared[:1])
+    a.record_outcome(shared[:1], False)
+    a.record_retrieval(shared[:2], shared[:1])
+    a.record_injection(shared[:1])
+    a.update(dc.replace(a.get(shared[1]), title="Reconcile the hazel ledger twice"))
+    a.archive([shared[2]], ["leak test"])
+    a.delete(shared[3], reason="leak test")
+    ft.test_eq(_tenant_rows(p, "bob"), bobs)
+    ft.test_eq(b.events(), bob_events)
+    ft.test_eq([m.title for m in b.items()], [m.title for m in items])  # b's four, as they were
+    ft.test_eq([len(b.history(i)) for i in shared], [1] * 4)  # a's edit made no new version of b's copy
+    rev, got, gone = b.changes_since(0)
+    assert shared[3] not in gone and {m.id for m in got} == set(shared)
+    hits = b.search("hazel ledger twice", k=5)
+    assert all(m.title != "Reconcile the hazel ledger twice" for m, _ in hits), hits
+    ft.test_eq(b.search("chestnut ledger", k=1)[0][0].id, shared[3])  # a's deletion left b's index entry
+    assert not a.search("chestnut ledger", k=5) or a.search("chestnut ledger", k=5)[0][0].id != shared[3]
