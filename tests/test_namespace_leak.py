@@ -833,3 +833,25 @@ def test_the_same_id_in_two_tenants_is_two_memories(tmp_path):
     assert all(m.title != "Reconcile the hazel ledger twice" for m, _ in hits), hits
     ft.test_eq(b.search("chestnut ledger", k=1)[0][0].id, shared[3])  # a's deletion left b's index entry
     assert not a.search("chestnut ledger", k=5) or a.search("chestnut ledger", k=5)[0][0].id != shared[3]
+
+
+def test_skills_update_by_a_shared_id_changes_only_the_importing_tenant(tmp_path):
+    "a holds copies of b's memories under the same ids; a skills export of b, edited, imported into a with update=True."
+    skills = _need("procmem.skills")
+    p = tmp_path / "upd.db"
+    a, b = MemoryStore(p, namespace="alice"), MemoryStore(p, namespace="bob")
+    for w in ("walnut", "hazel"):
+        b.add(MemoryItem(f"Reconcile the {w} ledger", f"At month end, for the {w} ledger.",
+                         f"1. Export the {w} ledger\n2. Match each {w} line\n3. Flag the rest"))
+    b.export(tmp_path / "bob.jsonl")
+    a.import_file(tmp_path / "bob.jsonl")
+    out = tmp_path / "bob-skills"
+    skills.export_skills(b, out)
+    for f in out.glob("*/SKILL.md"):  # an edit of the steps, as a person would make it
+        f.write_text(f.read_text().replace("Flag the rest", "Flag the rest and note who checked them"))
+    bobs = _tenant_rows(p, "bob")
+    counts = skills.import_skills(out, a, update=True)
+    ft.test_eq(counts["updated"], 2)
+    ft.test_eq(_tenant_rows(p, "bob"), bobs)
+    assert all("note who checked" in m.content for m in a.items())
+    assert not any("note who checked" in m.content for m in b.items())
