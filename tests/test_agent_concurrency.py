@@ -660,3 +660,26 @@ def test_sigkill_during_the_migration_of_an_old_store_loses_nothing(tmp_path):
         s.close()
     print("format found after each kill:", seen)
     ft.test_eq(MemoryStore(db).get("big-32345").namespace, "default")
+
+
+def _bootstrapper(db, ns, barrier, out):
+    from procmem.bootstrap import bootstrap_general_strategies
+    s = MemoryStore(db, namespace=ns)
+    barrier.wait(timeout=60)
+    got = s.add_many(bootstrap_general_strategies())
+    _out(out, [ns, len(s), str(got)[:200]])
+
+
+def test_tenants_bootstrapping_at_once_each_get_the_pack_once(tmp_path):
+    "2 processes per tenant add the bootstrap pack (fixed ids) at the same instant: 7 per tenant, no error."
+    db = tmp_path / "boot.db"
+    MemoryStore(db).close()
+    tenants = ["alice", "alice", "bob", "bob"]
+    barrier = CTX.Barrier(len(tenants))
+    outs = [tmp_path / f"b{j}.json" for j in range(len(tenants))]
+    _run([CTX.Process(target=_bootstrapper, args=(str(db), ns, barrier, str(outs[j]))) for j, ns in enumerate(tenants)])
+    for ns in ("alice", "bob"):
+        s = MemoryStore(db, namespace=ns)
+        ft.test_eq(len(s), 7)
+        ft.test_eq(len({m.id for m in s.items()}), 7)
+    ft.test_eq(MemoryStore(db).check(), [])
