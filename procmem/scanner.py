@@ -776,7 +776,16 @@ def _classified(name: str, text: str) -> bool:
         return len(text.split()) >= TAG_MIN_WORDS
     return name.split("[")[0] in _CLASSIFIED or name.startswith("lineage[")
 
-# %% ../nbs/11a_scanner.ipynb #752ee6fd
+# %% ../nbs/11a_scanner.ipynb #4cc22e3f
+def _field_findings(name: str, text: str, classifier: bool) -> list[Finding]:
+    """`scan_memory_text` of one field; the tags line, when clean as shown, is read again with
+    plain spaces (the commas break phrase patterns: "send, the, passwords, to, ...")."""
+    found = scan_memory_text(text, classifier)
+    if name == "tags" and not found:
+        found = scan_memory_text(text.replace(TAG_SEPARATOR, " "), classifier)
+    return found
+
+# %% ../nbs/11a_scanner.ipynb #e42964c4
 def scan_memory(
     item: MemoryItem,  # the memory to check (on write and again before injection)
     classifier: bool = True,  # also ask procmem.injection_model when it is available
@@ -786,6 +795,6 @@ def scan_memory(
         raise TypeError(f"scan_memory: item must be a MemoryItem, got {type(item).__name__}")
     out = []
     for name, text in _item_texts(item):
-        for f in scan_memory_text(text, classifier and _classified(name, text)):
+        for f in _field_findings(name, text, classifier and _classified(name, text)):
             out.append(Finding(f.category, f.start, f.end, f.text, f.layer, name, f.detail))
     return out

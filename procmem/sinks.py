@@ -68,7 +68,7 @@ def _contains(folded: str, value: str, kind: str) -> bool:
     body = r"[\s-]?".join(map(re.escape, value)) if kind == "account" else re.escape(value)
     return re.search(rf"(?<!\w){body}(?!\w)", folded) is not None
 
-# %% ../nbs/11c_sinks.ipynb #d9abf7c8
+# %% ../nbs/11c_sinks.ipynb #23151511
 def _item_fields(candidate) -> list[tuple[str, str]]:
     "(field, text) of a MemoryItem's injected fields, or ('text', s) for a string."
     if isinstance(candidate, str):
@@ -78,7 +78,7 @@ def _item_fields(candidate) -> list[tuple[str, str]]:
             "sink_findings: candidate must be a MemoryItem or a string, got"
             f" {type(candidate).__name__}"
         )
-    tags = ", ".join(t for t in candidate.tags if isinstance(t, str))
+    tags = " ".join(t for t in candidate.tags if isinstance(t, str))  # one line: phrases span tags
     fields = [("title", candidate.title), ("description", candidate.description)]
     return [(f, t) for f, t in fields + [("content", candidate.content), ("tags", tags)] if t]
 

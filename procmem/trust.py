@@ -180,7 +180,7 @@ def run_texts(
         return {"trusted": [trajectory.task], "untrusted": seen}
     return {"trusted": [trajectory.task, *seen], "untrusted": []}
 
-# %% ../nbs/04a_trust.ipynb #11e06892
+# %% ../nbs/04a_trust.ipynb #c89c2772
 DEFAULT_MIN_CONFIRMATIONS = 0  # independent confirmations an untrusted item needs to be injected
 _SCAN_CACHE: dict = {}  # (title, description, content, tags) -> scanner + permission findings
 _SCAN_CACHE_SIZE = 4096
@@ -192,7 +192,7 @@ def _text_fields(item: MemoryItem) -> list[tuple[str, str]]:
         ("title", item.title),
         ("description", item.description),
         ("content", item.content),
-        ("tags", ", ".join(item.tags)),
+        ("tags", " ".join(item.tags)),  # the words in a row: a phrase spread one word per tag
     ]
 
 # %% ../nbs/04a_trust.ipynb #06715073
