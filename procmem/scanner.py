@@ -12,7 +12,8 @@ from .text import fold_offsets, fold_text, hidden_chars
 from .values import find_values
 
 # %% auto #0
-__all__ = ['SCANNER_VERSION', 'SCAN_CATEGORIES', 'TAG_SEPARATOR', 'TAG_MIN_WORDS', 'scan_memory_text', 'scan_memory']
+__all__ = ['SCANNER_VERSION', 'SCAN_CATEGORIES', 'TAG_SEPARATOR', 'TAG_MIN_WORDS', 'JOINED_FIELD', 'scan_memory_text',
+           'joined_text', 'scan_memory']
 
 # %% ../nbs/11a_scanner.ipynb #f8e19c99
 SCANNER_VERSION = "2"  # recorded in provenance when an item passed the scan; bump on rule changes
@@ -775,6 +776,17 @@ def _classified(name: str, text: str) -> bool:
     if name == "tags":
         return len(text.split()) >= TAG_MIN_WORDS
     return name.split("[")[0] in _CLASSIFIED or name.startswith("lineage[")
+
+# %% ../nbs/11a_scanner.ipynb #7af9da73
+_LIST_MARK = re.compile(r"^\s*(?:\d{1,3}[.)]|[-*\u2022])\s+")  # "4. ", "- ", "• " opening a line
+JOINED_FIELD = "joined"  # the field of a finding only the joined text (below) shows
+
+
+def joined_text(item: MemoryItem) -> str:
+    """Title, description, each content line (list markers dropped) and the tags in a row: the
+    lines an agent is shown next to each other, read as one sentence (`procmem.trust`, `sinks`)."""
+    lines = [item.title, item.description, *item.content.splitlines(), " ".join(item.tags)]
+    return " ".join(t for t in (_LIST_MARK.sub("", x).strip() for x in lines) if t)
 
 # %% ../nbs/11a_scanner.ipynb #4cc22e3f
 def _field_findings(name: str, text: str, classifier: bool) -> list[Finding]:
