@@ -1124,6 +1124,11 @@ def test_memory_tool_an_instruction_split_across_directory_and_file_name_is_refu
         ok, text = _mt(_tool(store), command="create", path=f"/memories/{d}/{f}.md", file_text=BODY)
         if ok or f in _mt(_tool(store), command="view", path="/memories")[1]:
             through.append(f"{d}/{f}")
+        moved = MemoryStore(tmp_path / f"m{i}.db")  # a directory renamed onto the first half, its file the second
+        _mt(_tool(moved), command="create", path=f"/memories/billing/{f}.md", file_text=BODY)
+        _mt(_tool(moved), command="rename", old_path="/memories/billing", new_path=f"/memories/{d}")
+        if f"/memories/{d}/{f}.md" in _mt(_tool(moved), command="view", path="/memories")[1]:
+            through.append(f"{d}/ <- billing/{f}")
     ft.test_eq(through, [])
 
 
