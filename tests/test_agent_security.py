@@ -1112,8 +1112,6 @@ def test_a_short_injection_one_word_per_tag_is_held_back(tmp_path):
     ft.test_eq(through, [])
 
 
-@pytest.mark.xfail(strict=True, reason="REQUESTS10: reliability -> memtool: an instruction split between the directory "
-                                       "and the file name passes (each name is checked alone; the listing shows both)")
 def test_memory_tool_an_instruction_split_across_directory_and_file_name_is_refused(tmp_path):
     _need("procmem.memory_tool")
     through = []

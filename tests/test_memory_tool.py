@@ -755,3 +755,71 @@ def test_the_race_checks_cost_nothing_without_a_race(tmp_path):
     assert tool.call(dict(command="rename", old_path="/memories/general", new_path="/memories/kg")).startswith("Success")
     assert tool.call(dict(command="delete", path="/memories/kg/g.md")).startswith("Successfully deleted")
     ft.test_eq([e["kind"] for e in store.events()], ["add", "edit", "rename", "rename", "archive"])
+
+
+def _split_names(text: str, words: int = 10):
+    "(directory, file name) halves of the first `words` ASCII words of `text`, or None when too short/long."
+    ws = re.findall(r"[a-z0-9]+", text.lower())[:words]
+    d, f = "-".join(ws[: len(ws) // 2]), "-".join(ws[len(ws) // 2:])
+    ok = len(ws) >= 4 and 0 < len(d) <= 64 and 0 < len(f) <= 64
+    return (d, f) if ok else None
+
+
+def _listed(tool) -> str:
+    return tool.call(dict(command="view", path="/memories"))
+
+
+def test_an_instruction_split_between_directory_and_file_name_is_refused_on_create_and_rename(tmp_path):
+    "Shared injection texts refused as one file name stay refused split as <directory>/<name>.md (create, renames)."
+    if not INJECTIONS.exists():
+        pytest.skip(f"shared data absent: {INJECTIONS}")
+    rows = [json.loads(l) for l in INJECTIONS.read_text().splitlines() if l.strip()]
+    splits = [s for r in rows if r["label"] == 1 and (s := _split_names(r["text"]))]
+    checked, through = 0, []
+    for i, (d, f) in enumerate(splits[:120]):
+        ref = ProcmemMemoryTool(MemoryStore(None), new_id=_ids(f"r{i}"))
+        try:  # the reference: the words as one file name (refused for that name itself, not with `notes`)
+            ref.call(dict(command="create", path=f"/memories/notes/{d}-{f}.md", file_text=LOGIN))
+            continue
+        except MemoryPathError as e:
+            if "a name in it reads as an instruction" not in str(e):
+                continue
+        checked += 1
+        store = MemoryStore(tmp_path / f"s{i}.db")
+        tool = ProcmemMemoryTool(store, new_id=_ids(f"s{i}"))
+        before = dump(store)
+        with pytest.raises(MemoryPathError) as e:
+            tool.call(dict(command="create", path=f"/memories/{d}/{f}.md", file_text=LOGIN))
+        assert d not in str(e.value) and f not in str(e.value)  # never repeated
+        assert dump(store) == before
+        try:  # the second half alone may pass: then neither a file nor a directory rename joins them
+            tool.call(dict(command="create", path=f"/memories/billing/{f}.md", file_text=LOGIN))
+        except ToolError:
+            continue
+        for cmd in [dict(command="rename", old_path=f"/memories/billing/{f}.md", new_path=f"/memories/{d}/{f}.md"),
+                    dict(command="rename", old_path="/memories/billing", new_path=f"/memories/{d}")]:
+            try:
+                tool.call(cmd)
+                through.append(cmd)
+            except MemoryPathError:
+                pass
+        assert f"/memories/{d}/" not in _listed(tool)
+    assert checked >= 20, checked  # enough texts the one-name check refuses to mean something
+    ft.test_eq(through, [])
+
+
+def test_ordinary_paths_pass_the_joined_name_check():
+    "Every bootstrap memory, created in its domain's directory under its title's slug, passes the path checks."
+    refused = []
+    for i, m in enumerate(bootstrap_general_strategies()):
+        slug = "-".join(re.findall(r"[a-z0-9]+", m.title.lower()))[:64].strip("-")
+        tool = ProcmemMemoryTool(MemoryStore(None), new_id=_ids(f"b{i}"))
+        path = f"/memories/{m.domain}/{slug}.md"
+        try:
+            out = tool.call(dict(command="create", path=path, file_text=memory_markdown(m)))
+            assert out.startswith("File created"), out
+            tool.call(dict(command="rename", old_path=f"/memories/{m.domain}", new_path="/memories/archive-2024"))
+            assert f"/memories/archive-2024/{slug}.md" in _listed(tool)
+        except MemoryPathError as e:
+            refused.append((path, e.why))
+    ft.test_eq(refused, [])
