@@ -38,7 +38,6 @@ from .simulation import *
 from .analysis import *
 from .eval import *
 from .agent import *
-from .skills import *
 
 # Names whose modules import the anthropic SDK when they load (SDK tool classes are made at import):
 # they load on first use, so `import procmem` stays fast and needs no SDK until you ask for a tool.
@@ -46,6 +45,7 @@ _LAZY = {
     "memory_tools": "tools", "MemoryToolkit": "tools",
     "ProcmemMemoryTool": "memory_tool", "AsyncProcmemMemoryTool": "memory_tool",
     "MemoryPathError": "memory_tool", "Session": "session",
+    "export_skills": "skills", "import_skills": "skills",  # skills reads the tools' domain rule
 }
 
 

@@ -101,7 +101,8 @@ def test_import_procmem_does_not_import_pandas_or_matplotlib():
 def test_import_procmem_loads_no_sdk_until_a_tool_is_asked_for():
     "The agent tools and Claude's memory tool load the anthropic SDK on first use, not on import."
     import subprocess
-    code = ("import sys, procmem; print(sorted({'anthropic', 'mcp', 'yaml'} & set(sys.modules)));"
+    code = ("import sys, procmem, procmem.cli, procmem.mcp_server, procmem.skills;"
+            " print(sorted({'anthropic', 'mcp', 'yaml'} & set(sys.modules)));"
             " procmem.ProcmemMemoryTool; print('anthropic' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["[]", "True"], out.stdout
