@@ -318,6 +318,8 @@ def _raw_hostile(store, payloads) -> list:
 
 
 def test_recall_keeps_hostile_stored_text_inside_its_frame(tmp_path):
+    if not INJECTIONS.exists():  # the hand-made tricks alone are never recalled by this query
+        pytest.skip(f"needs {INJECTIONS}")
     from procmem.tools import recall
     store = MemoryStore(tmp_path / "f.db")
     payloads = list(_tricks().values()) + (_payloads(30, seed=12) if INJECTIONS.exists() else [])
