@@ -279,9 +279,33 @@ def _store_namespace(ns) -> str:
     except MemoryValidationError as e:
         raise ValueError(f"MemoryStore: {str(e).split(': ', 1)[1]}") from None
 
-# %% ../nbs/02_store.ipynb #05d652f9
+# %% ../nbs/02_store.ipynb #b6a49cf5
+def _names_postgres(path) -> bool:
+    """Whether `path` names a PostgreSQL bank (a `postgresql://` / `postgres://` URL); a URL mangled
+    into a `Path` (one slash) is refused rather than taken for a file name."""
+    text = str(path) if isinstance(path, (str, os.PathLike)) else ""
+    if text.startswith(("postgresql://", "postgres://")):
+        if not isinstance(path, str):
+            raise ValueError(f"give a PostgreSQL URL as a string, not a {type(path).__name__}")
+        return True
+    if text.startswith(("postgresql:", "postgres:")):
+        raise ValueError(
+            f"{text!r} looks like a PostgreSQL URL whose '//' was lost (a Path collapses it); "
+            "give the URL as a string: postgresql://user@host/dbname"
+        )
+    return False
+
+
 class MemoryStore:
-    "A durable bank of `MemoryItem`s in one SQLite file (`path=None`: in memory)."
+    """A durable bank of `MemoryItem`s in one SQLite file (`path=None`: in memory), or in PostgreSQL
+    (`path` a `postgresql://` URL: a `procmem.postgres.PgStore`)."""
+
+    def __new__(cls, path=None, *args, **kwargs):
+        if cls is MemoryStore and _names_postgres(path):
+            from procmem.postgres import PgStore  # psycopg is imported only for a PostgreSQL store
+
+            cls = PgStore
+        return super().__new__(cls)
 
     def __init__(
         self,
