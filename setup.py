@@ -24,6 +24,8 @@ lic = licenses.get(cfg['license'].lower(), (cfg['license'], None))
 dev_requirements = shlex.split(cfg.get('dev_requirements', ''))
 # optional features: `pip install procmem[mcp]` (the MCP server)
 mcp_requirements = shlex.split(cfg.get('mcp_requirements', ''))
+# `pip install procmem[postgres]` (a PostgreSQL bank shared by a fleet: psycopg 3)
+postgres_requirements = shlex.split(cfg.get('postgres_requirements', ''))
 
 setuptools.setup(
     name = cfg['lib_name'],
@@ -38,7 +40,8 @@ setuptools.setup(
     include_package_data = True,
     package_data = {'procmem': ['data/*.json', 'data/*.json.gz', 'data/*.NOTICE.md']},
     install_requires = requirements,
-    extras_require={ 'dev': dev_requirements + mcp_requirements, 'mcp': mcp_requirements },
+    extras_require={ 'dev': dev_requirements + mcp_requirements + postgres_requirements, 'mcp': mcp_requirements,
+                     'postgres': postgres_requirements },
     dependency_links = cfg.get('dep_links','').split(),
     python_requires  = '>=' + cfg['min_python'],
     long_description = open('README.md', encoding='utf-8').read(),
