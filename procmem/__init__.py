@@ -46,6 +46,10 @@ _LAZY = {
     "ProcmemMemoryTool": "memory_tool", "AsyncProcmemMemoryTool": "memory_tool",
     "MemoryPathError": "memory_tool", "Session": "session",
     "export_skills": "skills", "import_skills": "skills",  # skills reads the tools' domain rule
+    # the PostgreSQL backend (psycopg is imported only when a bank is opened; MemoryStore("postgresql://…")
+    # needs none of these names)
+    "PgStore": "postgres", "TempPostgres": "postgres", "StoreUnavailableError": "postgres",
+    "redact_dsn": "postgres",
 }
 
 
@@ -124,4 +128,6 @@ __all__ = [
     # memory for real agents: SDK tools, Claude's memory tool, the reference agent, sessions, skills
     "memory_tools", "MemoryToolkit", "ProcmemMemoryTool", "AsyncProcmemMemoryTool", "MemoryPathError",
     "ClaudeAgent", "Session", "export_skills", "import_skills",
+    # one bank for a fleet: PostgreSQL as the system of record (MemoryStore("postgresql://…"))
+    "PgStore", "TempPostgres", "StoreUnavailableError", "redact_dsn",
 ]

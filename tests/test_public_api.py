@@ -84,6 +84,7 @@ _DIST = {"Stemmer": "pystemmer", "yaml": "pyyaml"}
 def test_runtime_requirements_are_what_the_library_imports():
     imported = {_DIST.get(m, m).lower().replace("_", "-") for m in _third_party_imports()}
     required = _requirements("requirements") | _requirements("mcp_requirements")  # + the mcp extra
+    required |= _requirements("postgres_requirements")  # + the postgres extra
     assert imported == required, (f"imported but not required: {sorted(imported - required)}; "
                                   f"required but never imported: {sorted(required - imported)}")
     assert "rank-bm25" not in required  # the reference BM25 the tests compare with
@@ -101,8 +102,8 @@ def test_import_procmem_does_not_import_pandas_or_matplotlib():
 def test_import_procmem_loads_no_sdk_until_a_tool_is_asked_for():
     "The agent tools and Claude's memory tool load the anthropic SDK on first use, not on import."
     import subprocess
-    code = ("import sys, procmem, procmem.cli, procmem.mcp_server, procmem.skills;"
-            " print(sorted({'anthropic', 'mcp', 'yaml'} & set(sys.modules)));"
+    code = ("import sys, procmem, procmem.cli, procmem.mcp_server, procmem.skills, procmem.postgres;"
+            " print(sorted({'anthropic', 'mcp', 'yaml', 'psycopg'} & set(sys.modules)));"
             " procmem.ProcmemMemoryTool; print('anthropic' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["[]", "True"], out.stdout
@@ -116,3 +117,15 @@ def test_the_mcp_extra_is_declared():
     assert _requirements("mcp_requirements") == {"mcp"}
     setup = (ROOT / "setup.py").read_text(encoding="utf-8")
     assert "'mcp': mcp_requirements" in setup and "dev_requirements + mcp_requirements" in setup
+
+
+def test_the_postgres_extra_is_declared_and_loaded_only_for_a_bank():
+    "`pip install procmem[postgres]` brings psycopg 3; the dev extra includes it; only a DSN imports it."
+    assert _requirements("postgres_requirements") == {"psycopg"}
+    setup = (ROOT / "setup.py").read_text(encoding="utf-8")
+    assert "'postgres': postgres_requirements" in setup and "+ postgres_requirements" in setup
+    import subprocess
+    code = ("import sys, procmem; procmem.PgStore; s = procmem.MemoryStore();"
+            " print('psycopg' in sys.modules, type(s).__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "MemoryStore"], out.stdout
