@@ -256,7 +256,7 @@ def standby(self: TempPostgres) -> TempPostgres:
     sb._run("pg_basebackup", "-D", sb.data, *self_host, "-R", "-X", "stream", "--no-sync")
     return sb.start()
 
-# %% ../nbs/02c_postgres.ipynb #4054603b
+# %% ../nbs/02c_postgres.ipynb #78af0a91
 class StoreUnavailableError(StoreError):
     "The PostgreSQL server cannot be reached (refused, restarted, network lost)."
 
@@ -278,6 +278,11 @@ def _pg_error(e, where: str, dsn: str) -> StoreError:
         )
     if state == "23505":
         return StoreConflictError(f"{where} on {loc}: {msg}")
+    if state == "22P05":  # jsonb (the counters' updates) has no NUL: refused before it is stored
+        return StoreConflictError(
+            f"{where} on {loc}: PostgreSQL cannot hold the NUL character (\\u0000) in a memory's "
+            "JSON (its tags, provenance or extra fields): remove it; nothing was written"
+        )
     if isinstance(e, psycopg.OperationalError) and not state.startswith(("53", "55", "57014", "40")):
         return StoreUnavailableError(f"cannot reach PostgreSQL store {loc} ({where}): {msg}")
     return StoreError(f"PostgreSQL store {loc}: {where} failed ({state or type(e).__name__}): {msg}")
@@ -292,7 +297,28 @@ def _password(dsn: str) -> str | None:
     except Exception:
         return None
 
-# %% ../nbs/02c_postgres.ipynb #a2b0e3c6
+# %% ../nbs/02c_postgres.ipynb #3b3e4a18
+class _NoRows:
+    "The answer of a statement that can match no row (see above): no rows, none changed."
+
+    rowcount = 0
+
+    def fetchone(self):
+        return None
+
+    def fetchall(self):
+        return []
+
+    def __iter__(self):
+        return iter(())
+
+
+def _matches_nothing(sql: str, args) -> bool:
+    "Whether `sql` only reads or changes rows keyed by `args`, one of which is text with a NUL."
+    has_nul = any(isinstance(a, str) and "\x00" in a for a in args)
+    return has_nul and sql.lstrip()[:6].upper() in ("SELECT", "UPDATE", "DELETE")
+
+# %% ../nbs/02c_postgres.ipynb #cde1b9ed
 class _PgCon:
     "A psycopg connection that runs the store's SQLite SQL (see `to_pg`) and reconnects when idle."
 
@@ -355,24 +381,29 @@ class _PgCon:
 
     def execute(self, sql: str, args=()):
         "Run one statement; the cursor (fetchone, fetchall, iteration)."
+        if _matches_nothing(sql, args):
+            return _NoRows()
         return self._call("a query", lambda q, a: self.raw.execute(q, a, prepare=None), sql, args)
 
     def executemany(self, sql: str, seq):
         "Run one statement for each argument tuple of `seq`."
-        return self._call("a batch", lambda q, a: self.raw.cursor().executemany(q, a), sql, list(seq))
+        seq = [a for a in seq if not _matches_nothing(sql, a)]
+        if not seq:
+            return _NoRows()
+        return self._call("a batch", lambda q, a: self.raw.cursor().executemany(q, a), sql, seq)
 
     def close(self):
         if self.raw is not None:
             self.raw.close()
 
-# %% ../nbs/02c_postgres.ipynb #6902ae28
+# %% ../nbs/02c_postgres.ipynb #f8b4ad69
 _PG_SCHEMA = """
 CREATE SCHEMA IF NOT EXISTS procmem;
 CREATE TABLE IF NOT EXISTS procmem.meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS procmem.memories(
   rowid BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE, id TEXT NOT NULL, rev BIGINT NOT NULL,
   fingerprint TEXT NOT NULL, source_type TEXT NOT NULL, domain TEXT NOT NULL,
-  created_at TEXT NOT NULL, data TEXT NOT NULL CHECK (data::json IS NOT NULL),
+  created_at TEXT NOT NULL, data TEXT NOT NULL CHECK (data::jsonb IS NOT NULL),
   status TEXT NOT NULL DEFAULT 'active', namespace TEXT NOT NULL DEFAULT 'default',
   PRIMARY KEY (id, namespace));
 CREATE INDEX IF NOT EXISTS memories_rev ON procmem.memories(rev);
