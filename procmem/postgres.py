@@ -18,7 +18,7 @@ from .index import BM25Index, STORE_FIELDS, _KEYWORDS
 from .core import DEFAULT_NAMESPACE
 
 # %% auto #0
-__all__ = ['NOTIFY_CHANNEL', 'is_dsn', 'redact_dsn', 'PgLocation', 'UnsupportedSQLError', 'to_pg', 'pg_bindir', 'TempPostgres',
+__all__ = ['is_dsn', 'redact_dsn', 'PgLocation', 'UnsupportedSQLError', 'to_pg', 'pg_bindir', 'TempPostgres',
            'StoreUnavailableError', 'PgStore', 'RevListener']
 
 # %% ../nbs/02c_postgres.ipynb #ceb44aba
@@ -139,10 +139,16 @@ def to_pg(sql: str) -> str:
         raise UnsupportedSQLError(f"no PostgreSQL form for {m[0]!r} in: {sql[:160]}")
     return pg.replace("?", "%s")
 
-# %% ../nbs/02c_postgres.ipynb #000fb720
+# %% ../nbs/02c_postgres.ipynb #00e4d1ee
+def _version_of(initdb: Path) -> int:
+    "The major version in /usr/lib/postgresql/<N>/bin/initdb (0 when it is not a number)."
+    v = initdb.parts[-3]
+    return int(v) if v.isdigit() else 0
+
+
 def pg_bindir() -> Path | None:
     "The directory of PostgreSQL's server programs (initdb, pg_ctl), newest version first; None."
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]) if p.parts[-3].isdigit() else 0)
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=_version_of)
     if found:
         return found[-1].parent
     on_path = shutil.which("initdb")
@@ -227,7 +233,7 @@ def restart(self: TempPostgres, down: float = 0.0):
     time.sleep(down)
     self.start()
 
-# %% ../nbs/02c_postgres.ipynb #e40ef54a
+# %% ../nbs/02c_postgres.ipynb #c606ed13
 @patch
 def dsn(self: TempPostgres, dbname: str = "postgres", **options) -> str:
     "The URL of database `dbname` on this server (libpq `options` appended as query parameters)."
@@ -253,7 +259,8 @@ def standby(self: TempPostgres) -> TempPostgres:
     "A hot standby of this (running) server: `pg_basebackup -R` into a new directory, started."
     sb = TempPostgres(self.bindir, self.user)
     self_host = ("-h", "127.0.0.1", "-p", self.port, "-U", self.user)
-    sb._run("pg_basebackup", "-D", sb.data, *self_host, "-R", "-X", "stream", "--no-sync")
+    fast = ("-c", "fast")  # checkpoint now: a spread one made pg_basebackup wait ~90 s
+    sb._run("pg_basebackup", "-D", sb.data, *self_host, "-R", "-X", "stream", *fast, "--no-sync")
     return sb.start()
 
 # %% ../nbs/02c_postgres.ipynb #78af0a91
@@ -396,7 +403,7 @@ class _PgCon:
         if self.raw is not None:
             self.raw.close()
 
-# %% ../nbs/02c_postgres.ipynb #f8b4ad69
+# %% ../nbs/02c_postgres.ipynb #6f76290e
 _PG_SCHEMA = """
 CREATE SCHEMA IF NOT EXISTS procmem;
 CREATE TABLE IF NOT EXISTS procmem.meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -418,7 +425,6 @@ CREATE TABLE IF NOT EXISTS procmem.events(seq BIGINT GENERATED ALWAYS AS IDENTIT
   namespace TEXT NOT NULL DEFAULT 'default');
 CREATE INDEX IF NOT EXISTS events_ns ON procmem.events(namespace, seq)
 """
-NOTIFY_CHANNEL = "procmem_rev"  # writers NOTIFY the new revision here (see `listen`)
 
 
 class PgStore(MemoryStore):
@@ -514,7 +520,7 @@ def _bank_format(self: PgStore) -> int | None:
         )
     return int(rows["format"])
 
-# %% ../nbs/02c_postgres.ipynb #e4a79975
+# %% ../nbs/02c_postgres.ipynb #f0c0037b
 @patch
 def _writer(self: PgStore) -> _PgCon:
     "The connection writes go through: the store's own, or one to the primary (multi-host DSN)."
@@ -532,7 +538,9 @@ def _writer(self: PgStore) -> _PgCon:
 def _write(self: PgStore):
     "A write transaction: lock the revision row, COMMIT on success, ROLLBACK on any error."
     if self.readonly:
-        why = "the server is a read-only standby; write through the primary" if self.standby else "open it without readonly=True to change it"
+        why = "open it without readonly=True to change it"
+        if self.standby:
+            why = "the server is a read-only standby; write through the primary"
         raise StoreReadOnlyError(f"store opened read-only: {self.path}; {why}")
     with self._lock:
         c = self._writer()
@@ -544,7 +552,7 @@ def _write(self: PgStore):
             if row is not None:
                 now = c.execute("SELECT value FROM meta WHERE key='rev'").fetchone()[0]
                 if now != row[0]:
-                    c.execute("SELECT pg_notify(?, ?)", (NOTIFY_CHANNEL, f"{now}"))
+                    c.execute("SELECT pg_notify(?, ?)", (RevListener.CHANNEL, f"{now}"))
         except BaseException:
             c.end(commit=False)
             raise
@@ -584,7 +592,7 @@ def close(self: PgStore):
             if isinstance(c, _PgCon):
                 c.close()
 
-# %% ../nbs/02c_postgres.ipynb #9eedb8f1
+# %% ../nbs/02c_postgres.ipynb #e57f990f
 @patch
 def _index_file(self: PgStore) -> Path | None:
     "Where this process keeps the bank's index (None: in memory)."
@@ -606,7 +614,8 @@ def _index(self: PgStore) -> BM25Index:
     ix = getattr(self, "_bm25", None)
     if ix is None:
         path = self._index_file()
-        ix = BM25Index(path, fields=STORE_FIELDS, keywords=_KEYWORDS, writable=path is not None and self._index_writable())
+        writable = path is not None and self._index_writable()
+        ix = BM25Index(path, fields=STORE_FIELDS, keywords=_KEYWORDS, writable=writable)
         self._bm25, self._bm25_rev = ix, self._adopt(ix)
     return ix
 
@@ -618,9 +627,11 @@ def check(self: PgStore) -> list[str]:
         rows = c.execute("SELECT id, fingerprint, data, status, namespace FROM memories").fetchall()
     return _row_problems(rows)
 
-# %% ../nbs/02c_postgres.ipynb #5ff15721
+# %% ../nbs/02c_postgres.ipynb #80e3f435
 class RevListener(threading.Thread):
     "A thread that catches a `PgStore`'s index up whenever a writer NOTIFYs a new revision."
+
+    CHANNEL = "procmem_rev"  # writers NOTIFY the new revision on this channel
 
     def __init__(self, store: PgStore, poll: float = 1.0):
         super().__init__(daemon=True, name="procmem-listen")
@@ -641,7 +652,7 @@ class RevListener(threading.Thread):
         while not self._stop_flag.is_set():
             try:
                 with psycopg.connect(self.store.path._dsn, autocommit=True, connect_timeout=5) as con:
-                    con.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    con.execute(f"LISTEN {self.CHANNEL}")
                     self.connected.set()
                     pause = 0.1
                     self._catch_up()
