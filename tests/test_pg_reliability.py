@@ -402,6 +402,7 @@ RESTART_WRITER = textwrap.dedent("""
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="REQUESTS11 #2: after a failed reconnect the store raises AttributeError forever")
 def test_server_restart_mid_run_loses_nothing_acknowledged(temp_server, tmp_path):
     from procmem.postgres import StoreUnavailableError
 
@@ -416,7 +417,8 @@ def test_server_restart_mid_run_loses_nothing_acknowledged(temp_server, tmp_path
     out.wait_until(lambda ls: oks(ls) >= 30)
     n_before = oks(out.lines)
     srv.restart(down=0.5)
-    out.wait_until(lambda ls: oks(ls) >= n_before + 30, timeout=180)
+    foreign = lambda ls: [l for l in ls if l.startswith("ERR") and "StoreUnavailableError" not in l]  # noqa: E731
+    out.wait_until(lambda ls: oks(ls) >= n_before + 30 or foreign(ls), timeout=180)
     stop.write_text("")
     lines = out.finish()
     proc.wait(60)
