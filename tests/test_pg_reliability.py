@@ -26,7 +26,7 @@ import pytest
 
 from procmem import MemoryItem, MemoryStore
 from procmem.store import StoreError, StoreReadOnlyError
-from test_concurrency import N_OUTCOMES, _editor, _recorder
+from test_concurrency import N_OUTCOMES, _editor, _recorder, _same
 from test_crash import _Lines, _kill, _spawn
 from test_index_repair import DAMAGE
 from test_lifecycle_concurrency import N_PAIRS, _from_log, _merger, _pair, _pair_recorder
@@ -181,6 +181,22 @@ def test_four_processes_add_concurrently_and_every_search_sees_every_item(pg_dsn
         assert all(a < b for a, b in zip(mine, mine[1:])), w
 
 
+def test_same_memory_from_six_processes_is_stored_once(pg_dsn, tmp_path):
+    "The unique meaning key under a race: one row, every other add a confirmation."
+    dsn, n_w = _pw(pg_dsn), 6
+    MemoryStore(dsn).close()
+    barrier = CTX.Barrier(n_w)
+    outs = [tmp_path / f"o{w}.json" for w in range(n_w)]
+    _join([CTX.Process(target=_same, args=(dsn, barrier, str(outs[w]), w)) for w in range(n_w)])
+    results = [json.loads(o.read_text()) for o in outs]
+    with MemoryStore(dsn) as s:
+        (m,) = list(s)
+        assert {r["id"] for r in results} == {m.id}
+        assert round(m.confidence, 6) == round(0.1 * n_w, 6)
+        assert sorted(round(r["confidence"], 6) for r in results) == [round(0.1 * k, 6) for k in range(1, n_w + 1)]
+        assert len(s.events(kind="add")) == 1 and len(s.events(kind="confirm")) == n_w - 1
+
+
 # ------------------------------------------------------------------ SIGKILL
 
 WRITER = textwrap.dedent("""
@@ -227,6 +243,66 @@ def test_sigkill_at_random_moments_loses_nothing_acknowledged(pg_dsn, tmp_path):
                     hits = s.search(s.get(doc_id).title, k=2)
                     assert hits and hits[0][0].id == doc_id, (doc_id, hits)
                 assert len(s._index()) == len(s)
+
+
+BATCH = textwrap.dedent("""
+    import sys
+    from procmem import MemoryItem, MemoryStore
+    s = MemoryStore(sys.argv[1])
+    s.add(MemoryItem("Before the batch cog", "x", "1. y", id="pre"))
+    print("pre", flush=True)
+    print("BATCH START", flush=True)
+    s.add_many([MemoryItem(f"Batch item {j} cog", "part of a batch", f"step {j} " * 40, id=f"b{j}") for j in range(20000)])
+    print("BATCH DONE", flush=True)
+""")
+
+
+@pytest.mark.slow
+def test_sigkill_inside_add_many_is_all_or_nothing(pg_dsn):
+    dsn = _pw(pg_dsn)
+    MemoryStore(dsn).close()
+    proc = _spawn(BATCH, dsn)
+    out = _Lines(proc)
+    out.wait_until(lambda ls: "BATCH START" in ls)
+    q = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+         "AND application_name = 'procmem' AND state = 'active'")
+    _until(lambda: _sql(pg_dsn, q)[0][0] > 0, what="the batch's statements on the server")
+    time.sleep(random.Random(3).uniform(0.05, 0.3))  # inside the batch's transaction
+    _kill(proc)
+    assert "BATCH DONE" not in out.finish(), "the batch committed before the kill: the test missed it"
+    with MemoryStore(dsn) as s:
+        assert s.check() == [] and s.get("pre") is not None
+        assert len(s) == 1 and not s.events(kind="add_many"), "a partial batch survived"
+        s.add_many([MemoryItem(f"Again {j} cog", "x", f"step {j}", id=f"again{j}") for j in range(300)])
+        assert len(s) == 301 and s.search("again 250 cog", k=1)[0][0].id == "again250"
+
+
+def test_backend_killed_inside_a_write_rolls_back_and_when_idle_reconnects(pg_dsn):
+    "A connection lost mid-transaction: a StoreUnavailableError, nothing half-written; idle: silent."
+    from procmem.postgres import StoreUnavailableError
+
+    dsn = _pw(pg_dsn)
+    s = MemoryStore(dsn)
+    m = s.add(MemoryItem("Tighten the loose flange", "Leaks.", "1. Torque to spec", id="f1"))
+
+    def terminate():
+        assert _sql(pg_dsn, "SELECT pg_terminate_backend(%s)", (s._con.raw.info.backend_pid,)) == [(True,)]
+
+    def edit(item):  # runs inside modify's write transaction
+        terminate()
+        item.description = "Changed while the connection died."
+        return item
+
+    with pytest.raises(StoreUnavailableError) as e:
+        s.modify(m.id, edit)
+    _no_secret(e.value)
+    assert s.get("f1").description == "Leaks." and s.rev == 1  # rolled back, and the store reconnected
+    terminate()  # lost while idle: the next calls reopen it, silently
+    assert s.search("loose flange", k=1)[0][0].id == "f1"
+    terminate()
+    s.record_outcome(["f1"], True)
+    assert s.get("f1").use_count == 1 and len(s.events(kind="outcome")) == 1 and s.check() == []
+    s.close()
 
 
 # ------------------------------------------------------------------ lost updates
