@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['WHO', 'LIST_MAX', 'SHOW_CHARS', 'COMMANDS', 'build_server', 'serve', 'add_parsers']
 
-# %% ../nbs/22_mcp.ipynb #b8fe6645
+# %% ../nbs/22_mcp.ipynb #cb7273d7
 import argparse, functools, os, sqlite3, sys
 from itertools import islice
 from pathlib import Path
@@ -17,7 +17,8 @@ from .store import MemoryStore, StoreError, MemoryNotFoundError
 from .store import DEFAULT_MAX_ACTIVE_PER_DOMAIN
 from .inject import KIND_LABELS, neutralize_text, new_nonce, _frame, _render_item, _truncate
 from .trust import read_check
-from .cli import UsageError, _store_path, _say, _cap, _one_line
+from .cli import UsageError, _store_path, _say, _cap, _one_line, open_store
+from .postgres import is_dsn
 from .tools import recall, record, RECALL_MAX_K, RECORD_KINDS
 
 # %% ../nbs/22_mcp.ipynb #b8093df3
@@ -371,7 +372,7 @@ def build_server(
         )
     return server
 
-# %% ../nbs/22_mcp.ipynb #a967e96e
+# %% ../nbs/22_mcp.ipynb #d6000560
 def _open_for_serving(path, namespace: str, cap) -> MemoryStore:
     "The store at `path` bound to `namespace`, created if missing; `UsageError` if it cannot be."
     path = _store_path(path)
@@ -379,6 +380,8 @@ def _open_for_serving(path, namespace: str, cap) -> MemoryStore:
         _check_namespace(namespace)
     except ValueError as e:
         raise UsageError(f"--namespace: {e}") from None
+    if is_dsn(path):  # a PostgreSQL bank (made if missing); psycopg missing: a usage error
+        return open_store(path, max_active_per_domain=cap, namespace=namespace)
     if path.is_dir():
         raise UsageError(
             f"store path {path} is a directory; give a file such as {path / 'memories.db'}"
@@ -392,9 +395,9 @@ def _open_for_serving(path, namespace: str, cap) -> MemoryStore:
         _say("note", f"created a new store at {path}")
     return store
 
-# %% ../nbs/22_mcp.ipynb #5b01c232
+# %% ../nbs/22_mcp.ipynb #5d29fb6f
 def serve(
-    store_path=None,  # the store file; None: $PROCMEM_STORE, else the user data directory's
+    store_path=None,  # the store file or postgresql:// URL; None: $PROCMEM_STORE, else the default
     namespace: str = DEFAULT_NAMESPACE,  # the one namespace this server sees
     allow_remove: bool = False,  # offer `remove` (archives; recoverable)
     max_active_per_domain: int | None = DEFAULT_MAX_ACTIVE_PER_DOMAIN,  # the store's budget
