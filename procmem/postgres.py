@@ -325,7 +325,7 @@ def _matches_nothing(sql: str, args) -> bool:
     has_nul = any(isinstance(a, str) and "\x00" in a for a in args)
     return has_nul and sql.lstrip()[:6].upper() in ("SELECT", "UPDATE", "DELETE")
 
-# %% ../nbs/02c_postgres.ipynb #cde1b9ed
+# %% ../nbs/02c_postgres.ipynb #d36a1de3
 class _PgCon:
     "A psycopg connection that runs the store's SQLite SQL (see `to_pg`) and reconnects when idle."
 
@@ -335,19 +335,19 @@ class _PgCon:
         self.connect()
 
     def connect(self):
-        "(Re)open the connection: autocommit, the `procmem` schema first on the search path."
+        """(Re)open the connection: autocommit, the `procmem` schema first on the search path. On
+        failure the old (closed) connection stays, so the next call tries again."""
         import psycopg
 
-        if self.raw is not None:
-            self.raw.close()
-            self.raw = None
+        kw = {} if "connect_timeout" in self.dsn else {"connect_timeout": 10}
         try:
-            kw = {} if "connect_timeout" in self.dsn else {"connect_timeout": 10}
             raw = psycopg.connect(self.dsn, autocommit=True, application_name="procmem", **kw)
+            raw.execute("SET search_path = procmem, public")
+            raw.execute(f"SET lock_timeout = {int(self.busy_timeout * 1000)}")
         except psycopg.Error as e:
             raise _pg_error(e, "connect", self.dsn) from None
-        raw.execute("SET search_path = procmem, public")
-        raw.execute(f"SET lock_timeout = {int(self.busy_timeout * 1000)}")
+        if self.raw is not None:
+            self.raw.close()
         self.raw = raw
 
     @property
@@ -520,7 +520,7 @@ def _bank_format(self: PgStore) -> int | None:
         )
     return int(rows["format"])
 
-# %% ../nbs/02c_postgres.ipynb #f0c0037b
+# %% ../nbs/02c_postgres.ipynb #905323a2
 @patch
 def _writer(self: PgStore) -> _PgCon:
     "The connection writes go through: the store's own, or one to the primary (multi-host DSN)."
@@ -544,6 +544,8 @@ def _write(self: PgStore):
         raise StoreReadOnlyError(f"store opened read-only: {self.path}; {why}")
     with self._lock:
         c = self._writer()
+        if c.tx:  # SQLite refuses a nested BEGIN; PostgreSQL would only warn, then commit early
+            raise StoreError(f"a write transaction inside another on {self.path} (a procmem bug)")
         c.begin()
         try:
             creating = getattr(self, "_creating", False)  # _open_bank making the tables
@@ -574,6 +576,9 @@ def _write(self: PgStore):
 def _read(self: PgStore):
     "A read transaction: every query inside sees one consistent snapshot."
     with self._lock:
+        if self._con.tx:  # inside this thread's write transaction: read in it (never COMMIT it)
+            yield self._con
+            return
         self._con.begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         try:
             yield self._con
@@ -592,7 +597,7 @@ def close(self: PgStore):
             if isinstance(c, _PgCon):
                 c.close()
 
-# %% ../nbs/02c_postgres.ipynb #e57f990f
+# %% ../nbs/02c_postgres.ipynb #c6f38ef5
 @patch
 def _index_file(self: PgStore) -> Path | None:
     "Where this process keeps the bank's index (None: in memory)."
@@ -618,6 +623,19 @@ def _index(self: PgStore) -> BM25Index:
         ix = BM25Index(path, fields=STORE_FIELDS, keywords=_KEYWORDS, writable=writable)
         self._bm25, self._bm25_rev = ix, self._adopt(ix)
     return ix
+
+
+@patch
+def in_namespace(self: PgStore, namespace: str) -> PgStore:
+    "A new store object on the same bank, same options (`index_dir` too), bound to `namespace`."
+    return PgStore(
+        self.path,
+        busy_timeout=self._busy_timeout,
+        readonly=self.readonly,
+        max_active_per_domain=self.max_active_per_domain,
+        namespace=namespace,
+        index_dir=self.index_dir,
+    )
 
 
 @patch
