@@ -267,15 +267,22 @@ def count_rows(store: str, tag: str) -> tuple[int, int, int]:
     return a, b, c
 
 
-def load_bank(store: str, n: int, log, batch: int = 5000) -> dict:
-    "The first n corpus items into the store (unless it already holds them): add_many in batches."
+def load_bank(store: str, n: int, log, batch: int = 5000, src: str | None = None) -> dict:
+    """The first n corpus items into the store unless it already holds them: `migrate_store` from the
+    SQLite bank `src` when given (PostgreSQL), else `add_many` in batches."""
     from procmem.index import _store_add_many  # the store's add_many, without the loader's own index sync
     s = open_store(store)
     have = s.count()
     if have >= n:
         s.close()
         log(f"  {store.split('?')[0]}: already holds {have:,} memories; not loaded again")
-        return dict(loaded=0, have=have, load_s=None)
+        return dict(loaded=0, have=have, load_s=None, how="reused")
+    if src and have == 0:
+        from procmem.migrate import migrate_store
+        s.close()
+        t = time.perf_counter(); counts = migrate_store(src, store); load_s = time.perf_counter() - t
+        s = open_store(store); total = s.count(); s.close()
+        return dict(loaded=total, have=total, load_s=load_s, how="migrate_store from the SQLite bank", counts=counts)
     items = R.load_items(n)[have:]
     t = time.perf_counter()
     for i in range(0, len(items), batch):
@@ -286,7 +293,16 @@ def load_bank(store: str, n: int, log, batch: int = 5000) -> dict:
     if not store.startswith("postgres"):
         s.sync_index(flush=True)  # the SQLite store keeps its index file next to it
     total = s.count(); s.close()
-    return dict(loaded=len(items), have=total, load_s=load_s)
+    return dict(loaded=len(items), have=total, load_s=load_s, how=f"add_many in batches of {batch:,}")
+
+
+def pg_stats(dsn: str) -> dict:
+    "Whether PostgreSQL has planner statistics for the memories table (autovacuum's ANALYZE)."
+    import psycopg
+    with psycopg.connect(dsn) as con:
+        r = con.execute("SELECT last_autoanalyze, last_analyze, n_mod_since_analyze FROM pg_stat_user_tables "
+                        "WHERE schemaname = 'procmem' AND relname = 'memories'").fetchone()
+    return dict(analyzed=bool(r and (r[0] or r[1])), n_mod_since_analyze=r[2] if r else None)
 
 
 def loadavg() -> str:
@@ -301,12 +317,15 @@ def phase(name, results, log, f):
     return out
 
 
-def bench_store(kind: str, store: str, a, work: Path, log) -> dict:
-    "Every measurement on one store (kind: 'pg' or 'sqlite')."
+def bench_store(kind: str, store: str, a, work: Path, log, src: str | None = None) -> dict:
+    "Every measurement on one store (kind: 'pg' or 'sqlite'; `src`: a SQLite bank to migrate from)."
     res = {"kind": kind}
     log(f"\n== {kind}: {store.split('?')[0] if kind == 'pg' else store} ==")
-    res["bank"] = phase(f"{kind} load", res, log, lambda: load_bank(store, a.size, log))
+    res["bank"] = phase(f"{kind} load", res, log, lambda: load_bank(store, a.size, log, src=src))
     log(f"  bank: {res['bank']}")
+    if kind == "pg":
+        res["stats_after_load"] = pg_stats(store)
+        log(f"  planner statistics after the load: {res['stats_after_load']}")
 
     def builds():
         out = []
@@ -463,16 +482,21 @@ def report(res: dict, a, started: str, commit: str, server: str) -> str:
     row("  peak RSS of the building process (RAM / index_dir / from file) [MB]",
         f"{med(b, 'ram', 'hwm_mb'):.0f} / {med(b, 'dir_build', 'hwm_mb'):.0f} / {med(b, 'dir_load', 'hwm_mb'):.0f}",
         f"{med(sq['build'], 'ram', 'hwm_mb'):.0f}" if sq else None)
-    lb = pg["bank"]
-    row(f"bank load: `add_many` in batches of 5,000 [s]",
+    lb, sb = pg["bank"], res.get("sqlite_bank") or (sq or {}).get("bank")
+    row(f"bank load [s]: PostgreSQL {lb['how']}; SQLite `add_many` in batches of 5,000 + index flush",
         f"{lb['load_s']:.1f}" if lb["load_s"] else "(reused)",
-        f"{sq['bank']['load_s']:.1f}" if sq and sq["bank"]["load_s"] else None)
+        f"{sb['load_s']:.1f}" if sb and sb["load_s"] else None)
     L += ["", "Machine load (1/5/15-min load averages, before → after each phase):", "",
           "| phase | seconds | load before | load after |", "|---|---|---|---|"]
-    for r in (pg, sq):
+    for r in (res, pg, sq):
         if r:
-            for k, x in r["load"].items():
+            for k, x in r.get("load", {}).items():
                 L.append(f"| {k} | {x['secs']:.0f} | {x['before']} | {x['after']} |")
+    if pg.get("stats_after_load"):
+        st = pg["stats_after_load"]
+        L += ["", f"PostgreSQL planner statistics for `memories` right after the load: "
+                  f"{'present' if st['analyzed'] else 'none yet (autovacuum had not analyzed the table)'}, "
+                  f"{st['n_mod_since_analyze']:,} rows changed since."]
     L += ["", "How it is measured:",
           "- Every measurement runs in fresh processes (`python bench/fleet.py --worker …`); each opens its own store "
           "(`MemoryStore(dsn)` → `PgStore`, its own connection and BM25 index in RAM unless `index_dir`).",
@@ -513,6 +537,8 @@ def main():
     ap.add_argument("--single-adds", type=int, default=200, help="single adds per add process")
     ap.add_argument("--dsn", default=None, help="an existing database (default: start a TempPostgres)")
     ap.add_argument("--no-sqlite", action="store_true", help="skip the SQLite comparison")
+    ap.add_argument("--load", choices=("migrate", "add_many"), default="migrate",
+                    help="fill the PostgreSQL bank by procmem.migrate from a SQLite bank built first, or add_many")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "fleet.md"))
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--report-only", default=None, help="rewrite --out from this run's JSON, measuring nothing")
@@ -552,9 +578,12 @@ def main():
             dsn = server.create_database("fleet")
             ver = subprocess.run([str(server.bindir / "postgres"), "--version"], capture_output=True, text=True).stdout.strip()
             where = f"a throwaway {ver} server (`TempPostgres`, fsync=off)"
-        res["pg"] = bench_store("pg", dsn, a, work, log)
+        sq = str(work / "bank.db")
+        if a.load == "migrate":  # the SQLite bank first (add_many), copied into PostgreSQL by procmem.migrate
+            res["sqlite_bank"] = phase("sqlite bank for migrate", res, log, lambda: load_bank(sq, a.size, log))
+        res["pg"] = bench_store("pg", dsn, a, work, log, src=sq if a.load == "migrate" else None)
         if not a.no_sqlite:
-            res["sqlite"] = bench_store("sqlite", str(work / "bank.db"), a, work, log)
+            res["sqlite"] = bench_store("sqlite", sq, a, work, log)
         res["uptime_end"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
         res["meta"] = dict(started=started, commit=commit, where=where, args=vars(a))
         out.with_suffix(".json").write_text(json.dumps(res, indent=1))
