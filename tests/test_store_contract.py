@@ -543,3 +543,37 @@ def test_wrong_password_is_redacted(pg_server, tmp_path):
     msg = str(e.value)
     assert "wr0ng-s3cret" not in msg and "password" in msg.lower(), msg
     assert isinstance(e.value, StoreUnavailableError), type(e.value)
+
+
+def test_merge_and_history(store):
+    import procmem.editing  # noqa: F401  (merge, history)
+    lessons = _lessons()
+    a, b = lessons[0], _copy(lessons[1], domain=lessons[0].domain, source_type=lessons[0].source_type)
+    store.add_many([a, b])
+    store.record_outcome([a.id], True)
+    store.record_outcome([b.id], True)
+    store.record_outcome([b.id], False)
+    merged = store.merge([a.id, b.id], by="ops")
+    ft.test_eq(merged.id, a.id)
+    ft.test_eq((merged.success_count, merged.failure_count, merged.use_count), (2, 1, 3))
+    ft.test_eq(store.get(b.id).status, "archived")
+    assert b.id not in [m.id for m, _ in store.search(b.content[:60], k=10)]
+    hist = store.history(a.id)
+    assert len(hist) >= 2, hist
+    ft.test_eq(len(store.events(kind="merge")), 1)
+    ft.test_fail(lambda: store.merge([a.id, "nope"]), exc=MemoryNotFoundError)
+
+
+def test_restore_all_and_to_df(store):
+    import procmem.analysis  # noqa: F401  (to_df, events_df)
+    pack = _pack()
+    store.add_many(pack)
+    store.archive([m.id for m in pack[:3]], reasons="spring cleaning")
+    ft.test_eq(len(store), len(pack) - 3)
+    back = store.restore_all(by="ops")
+    ft.test_eq(sorted(m.id for m in back), sorted(m.id for m in pack[:3]))
+    ft.test_eq(len(store), len(pack))
+    df = store.to_df()
+    ft.test_eq(sorted(df["id"]), sorted(m.id for m in pack))
+    ev = store.events_df()
+    assert {"archive", "restore"} <= set(ev["kind"]), set(ev["kind"])
