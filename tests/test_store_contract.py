@@ -577,3 +577,35 @@ def test_restore_all_and_to_df(store):
     ft.test_eq(sorted(df["id"]), sorted(m.id for m in pack))
     ev = store.events_df()
     assert {"archive", "restore"} <= set(ev["kind"]), set(ev["kind"])
+
+
+@pytest.mark.parametrize("mode", ["inject", "tool"])
+def test_claude_agent_run_with_memory_on_the_scripted_server(store, mode):
+    """run_with_memory(task, ClaudeAgent) on procmem.testing's scripted fake Messages server: in
+    'inject' mode the memory block in the system prompt, in 'tool' mode recall_memory's results, hold
+    this bank's memory; its counters are written to this backend."""
+    pytest.importorskip("anthropic")
+    from procmem.agent import ClaudeAgent
+    from procmem.judge import Judgment
+    from procmem.loop import run_with_memory
+    from procmem.testing import scripted_anthropic, text_reply, tool_use_reply
+    pack = _pack()
+    store.add_many(pack)
+    task = pack[0].task_query or pack[0].title
+
+    def judge(artifact, llm=None):
+        return Judgment(True, "the scripted answer is accepted", 0.9)
+
+    def extractor(artifact, judgment, llm=None, domain=None):
+        return []
+    script = ([tool_use_reply(("recall_memory", {"query": task}))] if mode == "tool" else []) + [text_reply("done")]
+    with scripted_anthropic(script) as fake:
+        agent = ClaudeAgent(model="claude-haiku-5-5", mode=mode, client=fake.client(), max_tool_rounds=2)
+        r = run_with_memory(task, agent, store, judge=judge, extractor=extractor)
+    shown = r.injected if mode == "inject" else r.recalled
+    assert pack[0].id in {m.id for m in shown}, (mode, shown)
+    sent = json.dumps([q["body"] for q in fake.requests])
+    assert pack[0].title in sent
+    got = store.get(pack[0].id)
+    ft.test_eq((got.use_count, got.success_count), (1, 1))
+    assert got.injected_count >= 1
