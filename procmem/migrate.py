@@ -14,7 +14,8 @@ __all__ = ['COMMANDS', 'MigrateError', 'bank_counts', 'migrate_store', 'validate
 
 # %% ../nbs/02d_migrate.ipynb #6d24d094
 class MigrateError(StoreError):
-    "A migration refused (DST not empty, SRC damaged, the same bank) or failed its check; DST empty."
+    """A migration refused (DST not empty, SRC damaged, the same bank) or failed its check; DST
+    empty."""
 
 
 _PG_MISSING = "is a PostgreSQL bank and psycopg is not installed: pip install 'procmem[postgres]'"
@@ -46,8 +47,11 @@ def bank_counts(store: MemoryStore, c) -> dict:
         by.setdefault(n, {})[s] = int(k)
     tombs, events, rev = (
         int(c.execute(q).fetchone()[0])
-        for q in ("SELECT count(*) FROM tombstones", "SELECT count(*) FROM events",
-                  "SELECT value FROM meta WHERE key='rev'")
+        for q in (
+            "SELECT count(*) FROM tombstones",
+            "SELECT count(*) FROM events",
+            "SELECT value FROM meta WHERE key='rev'",
+        )
     )
     total = sum(sum(d.values()) for d in by.values())
     return dict(memories=total, by_namespace=by, tombstones=tombs, events=events, rev=rev)
@@ -76,14 +80,20 @@ def _digest(rows) -> str:
         h.update(text.encode("utf-8", "surrogatepass"))
     return h.hexdigest()
 
-# %% ../nbs/02d_migrate.ipynb #617e81b3
+# %% ../nbs/02d_migrate.ipynb #b8e56a45
+def _n(n: int, one: str, many: str | None = None) -> str:
+    "`1 event`, `1,234 events`."
+    return f"{n:,} {one if n == 1 else many or one + 's'}"
+
+
 def _check_empty(dst: MemoryStore, c) -> None:
     "Raise `MigrateError` unless DST holds nothing (any namespace) at revision 0."
     n = bank_counts(dst, c)
     if n["memories"] or n["tombstones"] or n["events"] or n["rev"]:
         raise MigrateError(
-            f"{dst.path} is not empty ({n['memories']:,} memories, {n['tombstones']:,} tombstones, "
-            f"{n['events']:,} events): migrate copies into an empty bank only; nothing was written"
+            f"{dst.path} is not empty ({_n(n['memories'], 'memory', 'memories')}, "
+            f"{_n(n['tombstones'], 'tombstone')}, {_n(n['events'], 'event')}): "
+            "migrate copies into an empty bank only; nothing was written"
         )
 
 
@@ -94,7 +104,9 @@ def _insert_rows(dst: MemoryStore, c, rows: dict) -> None:
     c.executemany(f"INSERT INTO memories({cols}) VALUES ({', '.join('?' * 9)})", rows["memories"])
     c.executemany("INSERT INTO tombstones(id, rev, namespace) VALUES (?, ?, ?)", rows["tombstones"])
     over = " OVERRIDING SYSTEM VALUE" if pg else ""
-    sql = f"INSERT INTO events(seq, at, kind, ids, detail, namespace){over} VALUES (?, ?, ?, ?, ?, ?)"
+    sql = (
+        f"INSERT INTO events(seq, at, kind, ids, detail, namespace){over} VALUES (?, ?, ?, ?, ?, ?)"
+    )
     c.executemany(sql, rows["events"])
     if pg and rows["events"]:
         last = rows["events"][-1][0]
@@ -136,12 +148,13 @@ def migrate_store(
             raise
     return dict(src=str(src), dst=str(dst), **counts, seconds=round(time.perf_counter() - t0, 3))
 
-# %% ../nbs/02d_migrate.ipynb #c1f0057b
+# %% ../nbs/02d_migrate.ipynb #79aa5727
 def _copy(s: MemoryStore, dst) -> dict:
     "SRC's rows (one snapshot) into DST (one write transaction, checked); SRC's counts."
     with _open(dst) as d:
         if d.store_id == s.store_id:
-            raise MigrateError(f"SRC and DST are the same bank, or copies of one ({dst}); nothing was written")
+            why = "are the same bank, or copies of one"
+            raise MigrateError(f"SRC and DST {why} ({dst}); nothing was written")
         with s._read() as c:
             rows = _read_rows(s, c)
         try:
@@ -150,14 +163,18 @@ def _copy(s: MemoryStore, dst) -> dict:
                 _insert_rows(d, c, rows)
                 _verify(d, c, rows)
         except sqlite3.Error as e:  # PostgreSQL's errors are StoreErrors already
-            raise MigrateError(f"copying into {dst} failed ({e}); rolled back, nothing written") from None
+            raise MigrateError(
+                f"copying into {dst} failed ({e}); rolled back, nothing written"
+            ) from None
+        if isinstance(d, PgStore):  # statistics now (the index catch-up needs them)
+            d._writer().execute("ANALYZE memories, tombstones, events")
     return rows["counts"]
 
 
 def _remove_store_file(path: Path) -> None:
     "Remove a store file this migration created (and its -wal, -shm and index side files)."
     for p in path.parent.glob(path.name + "*"):
-        if p.name == path.name or p.name[len(path.name):].startswith(("-wal", "-shm", ".")):
+        if p.name == path.name or p.name[len(path.name) :].startswith(("-wal", "-shm", ".")):
             p.unlink(missing_ok=True)
 
 # %% ../nbs/02d_migrate.ipynb #202b2ff9
@@ -169,20 +186,28 @@ def validate_bank(loc) -> dict:
         with store._read() as c:
             n = bank_counts(store, c)
     per = "; ".join(
-        f"{ns}: " + ", ".join(f"{k} {v:,}" for k, v in d.items()) for ns, d in n["by_namespace"].items()
+        f"{ns}: " + ", ".join(f"{k} {v:,}" for k, v in d.items())
+        for ns, d in n["by_namespace"].items()
     )
     checked = [
         "the procmem identity row and store format",
-        f"{n['memories']:,} memories ({per or 'none'}): JSON parses, item validates, "
-        "id, fingerprint, status and namespace columns match",
+        (
+            f"{n['memories']:,} memories ({per or 'none'}): JSON parses, item validates, "
+            "id, fingerprint, status and namespace columns match"
+        ),
         f"{n['tombstones']:,} tombstones, revision {n['rev']:,}",
     ]
     return dict(
-        path=str(loc), ok=not problems, problems=problems, memories=n["memories"],
-        events=n["events"], checked=checked, counts=n,
+        path=str(loc),
+        ok=not problems,
+        problems=problems,
+        memories=n["memories"],
+        events=n["events"],
+        checked=checked,
+        counts=n,
     )
 
-# %% ../nbs/02d_migrate.ipynb #8834ff2b
+# %% ../nbs/02d_migrate.ipynb #a0e3f1e4
 def add_parsers(cmd) -> None:
     "Add `migrate` with `cmd(name, help)` (from `procmem.cli.build_parser`)."
     m = cmd(
@@ -190,18 +215,15 @@ def add_parsers(cmd) -> None:
         "copy a whole bank (every namespace, status, tombstone and event) into an empty one: "
         "store file <-> postgresql:// URL, counts checked",
     )
-    m.add_argument("src", metavar="SRC", help="the bank to copy: a file or postgresql:// URL (read-only)")
+    m.add_argument(
+        "src", metavar="SRC", help="the bank to copy: a file or postgresql:// URL (read-only)"
+    )
     m.add_argument("dst", metavar="DST", help="an empty or new bank: a file or postgresql:// URL")
     m.add_argument("--json", action="store_true", help="print the counts as a JSON object")
 
 
-def _n(n: int, one: str, many: str | None = None) -> str:
-    "`1 event`, `1,234 events`."
-    return f"{n:,} {one if n == 1 else many or one + 's'}"
-
-
 def _summary(r: dict) -> str:
-    "`migrated 1,234 memories (active 1,200, …; 2 namespaces), 5 tombstones, 7 events from … to …`."
+    "`migrated 1,234 memories (active 1,200, …; 2 namespaces), 5 tombstones, 7 events from …`."
     by = {}
     for d in r["by_namespace"].values():
         for k, v in d.items():

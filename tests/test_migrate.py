@@ -140,7 +140,7 @@ def test_non_empty_dst_refused_untouched(real_bank, pg_dsn, tmp_path):
     with MemoryStore(pg_dsn) as p:
         p.add_many(bootstrap_general_strategies())
         rev, n = p.rev, len(p)
-    ft.test_fail(lambda: migrate_store(real_bank, pg_dsn), contains="is not empty (7 memories")
+    ft.test_fail(lambda: migrate_store(real_bank, pg_dsn), contains="is not empty (7 memories, 0 tombstones, 1 event)")
     with MemoryStore(pg_dsn) as p:
         ft.test_eq((p.rev, len(p), len(p.events())), (rev, n, 1))
     # a bank whose memories were all deleted still has tombstones and events: not empty either
@@ -169,6 +169,24 @@ def test_failure_leaves_pg_dst_empty(real_bank, pg_dsn, tmp_path):
         ft.test_eq(bank_counts(p, c), dict(memories=0, by_namespace={}, tombstones=0, events=0, rev=0))
     migrate_store(real_bank, pg_dsn)  # and it can take the real one afterwards
     ft.test_eq(all_items(pg_dsn), all_items(real_bank))
+
+
+def test_nul_in_a_memory_fails_cleanly_into_pg(real_bank, pg_dsn, tmp_path):
+    "SQLite holds a NUL in a tag; PostgreSQL cannot: the migration names it and leaves DST empty."
+    src = tmp_path / "nul.db"
+    shutil.copy(real_bank, src)
+    with MemoryStore(src, namespace="team-b") as s:
+        s.add(MemoryItem(title="Strip NUL bytes from a C string", description="tags from a binary log",
+                         content="1. Find the NUL\n2. Cut the string there", source_type="success",
+                         domain="coding", tags=["nul\x00byte"], id="nul-1"))
+    with pytest.raises(StoreError, match="NUL"):
+        migrate_store(src, pg_dsn)
+    with MemoryStore(pg_dsn) as p, p._read() as c:
+        ft.test_eq(bank_counts(p, c)["memories"], 0)
+    back = tmp_path / "back.db"
+    migrate_store(src, back)  # file to file keeps it
+    with MemoryStore(back, namespace="team-b", readonly=True) as b:
+        ft.test_eq(b.get("nul-1").tags, ["nul\x00byte"])
 
 
 def test_bad_src_row_refused(real_bank, tmp_path):
