@@ -59,7 +59,7 @@ class PgLocation(str):
         "Itself (a DSN has no file to resolve: two locations are the same bank when equal)."
         return self
 
-# %% ../nbs/02c_postgres.ipynb #560df1d1
+# %% ../nbs/02c_postgres.ipynb #b340b270
 class UnsupportedSQLError(StoreError):
     "A SQLite form the PostgreSQL backend has no translation for (a procmem bug: report it)."
 
@@ -128,7 +128,8 @@ _REWRITES = (  # (pattern, replacement), in order; after them nothing SQLite-onl
     (r"\bjson_valid\(data\)", "TRUE"),
     (r"\bsum\(([\w']+) = ('\w+')\)", r"sum((\1 = \2)::int)"),
     (r"SET value = CAST\(value AS INTEGER\) \+ 1", "SET value = (CAST(value AS BIGINT) + 1)::text"),
-    (r"(?<=[\s(,=])\+(?=[A-Za-z_'])", ""),  # SQLite's planner hint `+column`
+    (r"(?<=[\s(,=])\+(status|namespace)\b", r"(\1 || '')"),  # SQLite's hint `+column` kept as one
+    (r"(?<=[\s(,=])\+(?=[A-Za-z_'])", ""),  # any other `+column` hint: dropped
 )
 _LEFT_OVER = re.compile(
     r"(?i)\bPRAGMA\b|sqlite_|\bjson_(?!array_elements_text|typeof)\w*\(|group_concat|\bGLOB\b"
@@ -574,7 +575,7 @@ def _bank_format(self: PgStore) -> int | None:
         )
     return int(rows["format"])
 
-# %% ../nbs/02c_postgres.ipynb #905323a2
+# %% ../nbs/02c_postgres.ipynb #77bbb345
 @patch
 def _writer(self: PgStore) -> _PgCon:
     "The connection writes go through: the store's own, or one to the primary (multi-host DSN)."
@@ -587,6 +588,9 @@ def _writer(self: PgStore) -> _PgCon:
             make_conninfo(self.path._dsn, target_session_attrs="read-write"), self._busy_timeout
         )
     return self._wcon
+
+
+_NOTIFY_MOVED = "SELECT pg_notify(?, value) FROM meta WHERE key='rev' AND value <> ?"
 
 
 @patch
@@ -612,9 +616,7 @@ def _write(self: PgStore):
             )
             yield c
             if row is not None:
-                now = c.execute("SELECT value FROM meta WHERE key='rev'").fetchone()[0]
-                if now != row[0]:
-                    c.execute("SELECT pg_notify(?, ?)", (RevListener.CHANNEL, f"{now}"))
+                c.execute(_NOTIFY_MOVED, (RevListener.CHANNEL, row[0]))  # one round trip
         except BaseException:
             c.end(commit=False)
             raise
