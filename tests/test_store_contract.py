@@ -303,6 +303,8 @@ def test_search_top_k_filters_and_namespace(store):
     scores = [sc for _, sc in hits]
     ft.test_eq(scores, sorted(scores, reverse=True))
     ft.test_eq(hits[0][0].id, lessons[0].id)
+    everything = store.search(q, k=1000)  # exact top-k: the first k of the full ranking
+    ft.test_eq([(m.id, sc) for m, sc in hits], [(m.id, sc) for m, sc in everything[:5]])
     only = store.search(q, k=5, source_type="success")
     assert only and all(m.source_type == "success" for m, _ in only)
     d = pack[0].domain
