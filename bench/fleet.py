@@ -149,6 +149,7 @@ def w_watch(store: str, mode: str):
         n = 0
         while True:
             n += 1
+            a = mono()
             if mode == "index-listen":
                 with s._lock:
                     ok = hit(s._bm25, word, want, ns, index_only=True)
@@ -157,7 +158,8 @@ def w_watch(store: str, mode: str):
             if ok:
                 break
             time.sleep(0.0002)
-        print(f"found {mono()}", flush=True)
+        b = mono()
+        print(f"found {b} {b - a}", flush=True)  # the time, and how long the successful poll took
         polls.append(n)
     s.close()
 
@@ -170,7 +172,7 @@ def w_vis(store: str, mode: str, tag: str, trials: int):
     w = subprocess.Popen([sys.executable, __file__, "--worker", "watch", "--store", store, "--mode", mode],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
     assert w.stdout.readline().strip() == "ready"
-    after_ack, after_start, add_ms = [], [], []
+    after_ack, after_start, add_ms, last_poll = [], [], [], []
     rnd = random.Random(11)
     for i, d in enumerate(src):
         word = f"{tag}vis{i}q"
@@ -179,11 +181,13 @@ def w_vis(store: str, mode: str, tag: str, trials: int):
         assert w.stdout.readline().strip() == "polling"
         time.sleep(rnd.uniform(0.002, 0.006))  # B is somewhere in its poll loop
         a = mono(); s.add(m); b = mono()
-        found = int(w.stdout.readline().split()[1])
+        _, found, took = w.stdout.readline().split()
+        found = int(found)
+        last_poll.append(ms(int(took)))
         after_ack.append(ms(found - b)); after_start.append(ms(found - a)); add_ms.append(ms(b - a))
     w.stdin.close(); w.wait()
     s.close()
-    R.emit(dict(after_ack=stats(after_ack), after_start=stats(after_start), add=stats(add_ms),
+    R.emit(dict(after_ack=stats(after_ack), after_start=stats(after_start), add=stats(add_ms), last_poll=stats(last_poll),
                 seen_before_ack=sum(x < 0 for x in after_ack)))
 
 
@@ -435,6 +439,13 @@ def report(res: dict, a, started: str, commit: str, server: str) -> str:
         "p95 ≤ 5 ms", v["search-listen"]["after_ack"]["p95"] <= 5)
     row("  B with `listen=True` polls only its local index (NOTIFY prefetch alone, no round trip) [ms] p50 / p95",
         f"{v['index-listen']['after_ack']['p50']:.2f} / {v['index-listen']['after_ack']['p95']:.2f}", "n/a")
+    row("  of which B's successful poll (the catch-up `store.search`) p50 / p95 [ms]",
+        f"{v['search']['last_poll']['p50']:.2f} / {v['search']['last_poll']['p95']:.2f}" if "last_poll" in v["search"] else "—",
+        f"{sq['vis']['search']['last_poll']['p50']:.2f} / {sq['vis']['search']['last_poll']['p95']:.2f}"
+        if sq and "last_poll" in sq["vis"]["search"] else None)
+    row("  A's `add` while B polls p50 / p95 [ms]",
+        f"{v['search']['add']['p50']:.2f} / {v['search']['add']['p95']:.2f}",
+        f"{sq['vis']['search']['add']['p50']:.2f} / {sq['vis']['search']['add']['p95']:.2f}" if sq else None)
     row(f"  from the start of A's add (p50 / p95, polling search) [ms]; trials",
         f"{v['search']['after_start']['p50']:.2f} / {v['search']['after_start']['p95']:.2f}; {v['search']['after_ack']['n']}",
         (f"{sq['vis']['search']['after_start']['p50']:.2f} / {sq['vis']['search']['after_start']['p95']:.2f}; "
