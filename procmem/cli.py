@@ -93,20 +93,26 @@ def _cli_namespace() -> str:
         where = "--namespace" if given else "$PROCMEM_NAMESPACE"
         raise UsageError(f"{where}: {str(e).split(': ', 1)[-1]}") from None
 
-# %% ../nbs/13_cli.ipynb #7b0d0669
+# %% ../nbs/13_cli.ipynb #2288c05a
 def _store_path(path) -> Path | PgLocation:
     "The store the command line means: `path`, else `default_store_path()` (a URL stays a URL)."
     return default_store_path() if path is None else _location(path)
 
 
+def _pg_index_dir() -> Path:
+    "Where the CLI keeps PostgreSQL banks' search indexes: $PROCMEM_INDEX_DIR, else the user cache."
+    return Path(os.environ.get("PROCMEM_INDEX_DIR") or platformdirs.user_cache_dir("procmem"))
+
+
 def _open_pg(loc: PgLocation, create: bool, opts: dict) -> MemoryStore:
     "`open_store` for a PostgreSQL bank: one not made yet reads as empty unless `create`."
+    opts = {**opts, "index_dir": _pg_index_dir()}  # each command catches up, not rebuilds
     try:
         if opts["readonly"] or not create:
             try:
                 probe = MemoryStore(loc, **{**opts, "readonly": True})
             except StoreNotFoundError:
-                return MemoryStore(namespace=opts["namespace"])
+                return MemoryStore(namespace=opts["namespace"])  # read as empty, nothing made
             if opts["readonly"]:
                 return probe
             probe.close()
@@ -479,7 +485,7 @@ def _cmd_mcp(args) -> int:
             raise
         raise UsageError(_MCP_MISSING) from None
 
-# %% ../nbs/13_cli.ipynb #611f69f7
+# %% ../nbs/13_cli.ipynb #6b89aac3
 _NS_HELP = "the namespace (tenant) to work in (default: $PROCMEM_NAMESPACE, else 'default')"
 
 
@@ -494,7 +500,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     store_help = (
-        "the store file (default: $PROCMEM_STORE, else memories.db in the user data directory)"
+        "the store file or postgresql:// URL (default: $PROCMEM_STORE, else memories.db in the"
+        " user data directory)"
     )
     p.add_argument("--store", metavar="PATH", help=store_help)
     p.add_argument("--max-active-per-domain", type=_count, metavar="N", help=_CAP_HELP)

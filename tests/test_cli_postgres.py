@@ -9,7 +9,8 @@ from pathlib import Path
 
 import fastcore.test as ft
 import pytest
-from procmem.store import MemoryStore
+from procmem.core import MemoryItem
+from procmem.store import MemoryStore, read_memory_file
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = ROOT / "tests" / "fixtures" / "seed_memories.json"
@@ -21,10 +22,20 @@ def with_password(dsn: str) -> str:
     return dsn.replace("procmem@", f"procmem:{SECRET}@", 1)
 
 
+INDEX_DIR = None  # set per test by the autouse fixture: the CLI's PostgreSQL index cache
+
+
+@pytest.fixture(autouse=True)
+def _index_dir(tmp_path, monkeypatch):
+    "Keep the CLI's index files in the test's folder, never the user's cache."
+    monkeypatch.setattr(sys.modules[__name__], "INDEX_DIR", tmp_path / "index-cache")
+
+
 def procmem(*args, dsn=None, env=None, input=None):
     "Run the CLI in a subprocess with PROCMEM_STORE=dsn; the password is checked absent from its output."
     e = {k: v for k, v in os.environ.items() if not k.startswith("PROCMEM_")}
-    e.update(PYTHONWARNINGS="", **({"PROCMEM_STORE": dsn} if dsn else {}), **(env or {}))
+    e.update(PYTHONWARNINGS="", PROCMEM_INDEX_DIR=str(INDEX_DIR))
+    e.update(**({"PROCMEM_STORE": dsn} if dsn else {}), **(env or {}))
     cmd = [sys.executable, "-m", "procmem.cli", *map(str, args)]
     r = subprocess.run(cmd, capture_output=True, text=True, env=e, input=input, timeout=300)
     assert SECRET not in r.stdout + r.stderr, (args, r.stdout, r.stderr)
@@ -106,6 +117,28 @@ def test_every_command_works_on_the_bank(dsn, pg_dsn, tmp_path):
     r = procmem("report", "--out", tmp_path / "report", dsn=dsn)
     assert r.returncode == 0 and (tmp_path / "report" / "report.md").exists(), r.stderr
     one_line_error(procmem("repair", dsn=dsn), "repair salvages a damaged SQLite file")
+
+
+def test_index_cache_is_caught_up_across_commands(dsn, pg_dsn):
+    "The index file in PROCMEM_INDEX_DIR outlives a command; the next one catches up with other writers."
+    assert procmem("bootstrap", dsn=dsn).returncode == 0
+    with MemoryStore(pg_dsn) as s:  # enough rows that the index is written to its file (small ones stay in RAM)
+        s.add_many(MemoryItem(title=f"Rotate log file {i} of service s{i % 13}", description=f"disk case {i}",
+                              content=f"1. find log {i}\n2. rotate it", source_type="success", domain="ops",
+                              id=f"log-{i}") for i in range(300))
+    r = procmem("search", QUERY, "--json", dsn=dsn)
+    assert r.returncode == 0 and json.loads(r.stdout)["memories"]
+    with MemoryStore(pg_dsn) as s:
+        files = list(INDEX_DIR.glob(f"procmem-{s.store_id}-index.bm25"))
+        assert len(files) == 1, list(INDEX_DIR.iterdir())
+        s.add_many(read_memory_file(SEED))  # another writer, not through the CLI
+        seed = next(m for m in s if m.title == "Find Subclasses Using the Subclass Map")
+    r = procmem("search", "What are the subclasses of Activity?", "--json", dsn=dsn)
+    assert seed.id in [m["id"] for m in json.loads(r.stdout)["memories"]], r.stdout
+    with MemoryStore(pg_dsn) as s:  # rows deleted behind the cache's back are dropped from results
+        s.delete(seed.id, reason="test")
+    r = procmem("search", "What are the subclasses of Activity?", "--json", dsn=dsn)
+    assert seed.id not in [m["id"] for m in json.loads(r.stdout)["memories"]], r.stdout
 
 
 def test_store_option_and_namespaces(dsn, pg_dsn):
