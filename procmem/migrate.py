@@ -177,7 +177,7 @@ def _remove_store_file(path: Path) -> None:
         if p.name == path.name or p.name[len(path.name) :].startswith(("-wal", "-shm", ".")):
             p.unlink(missing_ok=True)
 
-# %% ../nbs/02d_migrate.ipynb #202b2ff9
+# %% ../nbs/02d_migrate.ipynb #70f52f71
 def validate_bank(loc) -> dict:
     "`validate_store`'s report for a bank opened read-only: row problems (`check()`) and counts."
     loc = _where(loc)
@@ -195,7 +195,7 @@ def validate_bank(loc) -> dict:
             f"{n['memories']:,} memories ({per or 'none'}): JSON parses, item validates, "
             "id, fingerprint, status and namespace columns match"
         ),
-        f"{n['tombstones']:,} tombstones, revision {n['rev']:,}",
+        f"{_n(n['tombstones'], 'tombstone')}, revision {n['rev']:,}",
     ]
     return dict(
         path=str(loc),
