@@ -611,3 +611,50 @@ def test_claude_agent_run_with_memory_on_the_scripted_server(store, mode):
     got = store.get(pack[0].id)
     ft.test_eq((got.use_count, got.success_count), (1, 1))
     assert got.injected_count >= 1
+
+
+FOREIGN_WRITES = {
+    "update": lambda s, m: s.update(_copy(m, description="Changed by another tenant.")),
+    "modify": lambda s, m: s.modify(m.id, lambda x: _copy(x, description="Changed.")),
+    "delete": lambda s, m: s.delete(m.id),
+    "quarantine": lambda s, m: s.quarantine(m.id, reasons="x"),
+    "archive": lambda s, m: s.archive(m.id, reasons="x"),
+    "release": lambda s, m: s.release(m.id, reason="x"),
+    "restore": lambda s, m: s.restore(m.id),
+}
+FOREIGN_COUNTERS = {
+    "record_access": lambda s, m: s.record_access([m.id]),
+    "record_injection": lambda s, m: s.record_injection([m.id]),
+    "record_outcome": lambda s, m: s.record_outcome([m.id], False),
+    "record_retrieval": lambda s, m: s.record_retrieval([m.id], [m.id]),
+}
+
+
+@pytest.mark.parametrize("op", sorted(FOREIGN_WRITES))
+def test_a_write_by_another_namespaces_id_is_refused(store, op):
+    "bob's id written through alice's store: MemoryNotFoundError, bob's memory and events unchanged."
+    m = _lessons()[0]
+    bob, alice = store.in_namespace("bob"), store.in_namespace("alice")
+    bob.add(m)
+    alice.add(_pack()[0])
+    before = (bob.get(m.id).to_dict(), bob.events(), bob.rev)
+    ft.test_fail(lambda: FOREIGN_WRITES[op](alice, m), exc=MemoryNotFoundError)
+    ft.test_eq((bob.get(m.id).to_dict(), bob.events(), bob.rev), before)
+    bob.close()
+    alice.close()
+
+
+@pytest.mark.parametrize("op", sorted(FOREIGN_COUNTERS))
+def test_counters_by_another_namespaces_id_change_nothing(store, op):
+    m = _lessons()[0]
+    bob, alice = store.in_namespace("bob"), store.in_namespace("alice")
+    bob.add(m)
+    before = bob.get(m.id).to_dict()
+    try:
+        FOREIGN_COUNTERS[op](alice, m)
+    except MemoryNotFoundError:
+        pass  # refusing is fine too; changing bob's memory is not
+    ft.test_eq(bob.get(m.id).to_dict(), before)
+    ft.test_eq([e["kind"] for e in bob.events()], ["add"])
+    bob.close()
+    alice.close()
