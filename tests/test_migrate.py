@@ -119,6 +119,17 @@ def test_round_trip_sqlite_pg_sqlite(real_bank, pg_dsn, tmp_path):
     ft.test_eq(sha(real_bank), before)
 
 
+def test_pg_to_pg_on_one_server(real_bank, pg_server, pg_dsn):
+    "Bank to bank on one server (a new database): same rows; the SRC bank is read-only throughout."
+    migrate_store(real_bank, pg_dsn)
+    other = pg_server.create_database()
+    before = (events(pg_dsn), all_items(pg_dsn))
+    r = migrate_store(pg_dsn, other)
+    ft.test_eq((events(pg_dsn), all_items(pg_dsn)), before)
+    ft.test_eq((events(other), all_items(other)), before)
+    ft.test_eq(r["dst"].split("/")[-1], other.split("/")[-1])
+
+
 def test_pg_dst_continues_the_bank(real_bank, pg_dsn):
     "After a migration the PG bank is a normal bank: new writes take later revisions and event numbers."
     migrate_store(real_bank, pg_dsn)
