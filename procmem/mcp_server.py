@@ -459,13 +459,14 @@ def add_parsers(cmd) -> None:
 
 COMMANDS = dict(mcp=_cmd_mcp)
 
-# %% ../nbs/22_mcp.ipynb #9f218ed6
+# %% ../nbs/22_mcp.ipynb #7f4fa7ef
 def _main(argv=None) -> int:
     "`python -m procmem.mcp_server`: serve; 2 and one line on stderr for a usage or store error."
     from procmem.cli import _Parser
 
     p = _Parser(prog="python -m procmem.mcp_server", description="serve a store over stdio (MCP)")
-    p.add_argument("--store", metavar="PATH", help="the store file (default: as procmem's)")
+    store_help = "the store file or postgresql:// URL (default: as procmem's)"
+    p.add_argument("--store", metavar="PATH", help=store_help)
     add_parsers(lambda name, help: p)
     try:
         return _cmd_mcp(p.parse_args(argv))
