@@ -49,7 +49,7 @@ _LAZY = {
     # the PostgreSQL backend (psycopg is imported only when a bank is opened; MemoryStore("postgresql://…")
     # needs none of these names)
     "PgStore": "postgres", "TempPostgres": "postgres", "StoreUnavailableError": "postgres",
-    "redact_dsn": "postgres",
+    "redact_dsn": "postgres", "migrate_store": "migrate", "MigrateError": "migrate",
 }
 
 
@@ -129,5 +129,5 @@ __all__ = [
     "memory_tools", "MemoryToolkit", "ProcmemMemoryTool", "AsyncProcmemMemoryTool", "MemoryPathError",
     "ClaudeAgent", "Session", "export_skills", "import_skills",
     # one bank for a fleet: PostgreSQL as the system of record (MemoryStore("postgresql://…"))
-    "PgStore", "TempPostgres", "StoreUnavailableError", "redact_dsn",
+    "PgStore", "TempPostgres", "StoreUnavailableError", "redact_dsn", "migrate_store", "MigrateError",
 ]
