@@ -18,7 +18,7 @@ to a PostgreSQL bank, plus what only a server brings.
 - every message and repr above is free of the DSN's password.
 Worker functions are reused from the SQLite tests (test_concurrency, test_crash,
 test_lifecycle_concurrency, test_index_repair): they take a location, and a DSN is one."""
-import json, multiprocessing as mp, os, random, re, signal, subprocess, sys, textwrap, time
+import json, multiprocessing as mp, os, random, re, subprocess, sys, textwrap, time
 from pathlib import Path
 
 import fastcore.test as ft
@@ -29,7 +29,7 @@ from procmem.store import StoreError, StoreReadOnlyError
 from test_concurrency import N_OUTCOMES, _editor, _recorder, _same
 from test_crash import _Lines, _kill, _spawn
 from test_index_repair import DAMAGE
-from test_lifecycle_concurrency import N_PAIRS, _from_log, _merger, _pair, _pair_recorder
+from test_lifecycle_concurrency import N_PAIRS, _from_log, _merger, _pair, _pair_recorder, _run
 
 CTX = mp.get_context("spawn")
 SECRET = "pw-Zq8xK3vv"  # the servers here trust loopback and ignore it: it must never be shown
@@ -64,19 +64,6 @@ def _sql(dsn: str, q: str, args=()):
 
     with psycopg.connect(dsn, autocommit=True) as con:
         return con.execute(q, args).fetchall()
-
-
-def _join(procs, timeout=600):
-    for p in procs:
-        p.start()
-    deadline = time.time() + timeout
-    for p in procs:
-        p.join(max(1, deadline - time.time()))
-    alive = [p for p in procs if p.is_alive()]
-    for p in alive:
-        p.kill()
-    assert not alive, f"{len(alive)} processes still running after {timeout}s"
-    assert [p.exitcode for p in procs] == [0] * len(procs), [p.exitcode for p in procs]
 
 
 @pytest.fixture
@@ -155,7 +142,7 @@ def test_four_processes_add_concurrently_and_every_search_sees_every_item(pg_dsn
     follower = CTX.Process(target=_follower, args=(dsn, start, str(stop), str(tmp_path / "f.json")))
     follower.start()
     try:
-        _join(adders)
+        _run(adders)
     finally:
         stop.write_text("")
         follower.join(300)
@@ -187,7 +174,7 @@ def test_same_memory_from_six_processes_is_stored_once(pg_dsn, tmp_path):
     MemoryStore(dsn).close()
     barrier = CTX.Barrier(n_w)
     outs = [tmp_path / f"o{w}.json" for w in range(n_w)]
-    _join([CTX.Process(target=_same, args=(dsn, barrier, str(outs[w]), w)) for w in range(n_w)])
+    _run([CTX.Process(target=_same, args=(dsn, barrier, str(outs[w]), w)) for w in range(n_w)])
     results = [json.loads(o.read_text()) for o in outs]
     with MemoryStore(dsn) as s:
         (m,) = list(s)
@@ -316,7 +303,7 @@ def test_hot_counter_keeps_every_increment_under_concurrent_writers(pg_dsn, tmp_
     outs = [tmp_path / f"r{w}.json" for w in range(n_rec)]
     procs = [CTX.Process(target=_recorder, args=(dsn, target, w, barrier, str(outs[w]))) for w in range(n_rec)]
     procs.append(CTX.Process(target=_editor, args=(dsn, target, barrier, str(tmp_path / "e.json"))))
-    _join(procs)
+    _run(procs)
     acked = [json.loads(o.read_text()) for o in outs]
     outcomes = sum(a["outcomes"] for a in acked)
     successes = sum(a["successes"] for a in acked)
@@ -339,7 +326,7 @@ def test_merges_racing_counters_keep_each_increment_once(pg_dsn, tmp_path):
     outs = [tmp_path / f"r{w}.json" for w in range(n_rec)]
     procs = [CTX.Process(target=_pair_recorder, args=(dsn, w, barrier, str(outs[w]))) for w in range(n_rec)]
     procs.append(CTX.Process(target=_merger, args=(dsn, barrier, str(tmp_path / "m.json"))))
-    _join(procs)
+    _run(procs)
     assert json.loads((tmp_path / "m.json").read_text()) == [f"A{i:03d}" for i in range(N_PAIRS)]
     calls = {}
     for o in outs:
@@ -377,17 +364,16 @@ def test_damaged_index_dir_file_is_rebuilt(pg_dsn, tmp_path, damage):
     assert f.is_file() and f.parent == ixdir
     damage(f, tmp_path / "m.db")
     with MemoryStore(dsn, index_dir=ixdir) as s:
-        for i in (0, 7, 42, 777, 1499):
-            hits = s.search(f"widget{i}", k=3)
-            assert hits and hits[0][0].title == f"Procedure {i} for widget{i}", (i, hits)
+        got = {i: [m.title for m, _ in s.search(f"widget{i}", k=1)] for i in (0, 7, 42, 777, 1499)}
+        assert got == {i: [f"Procedure {i} for widget{i}"] for i in got}
         assert len(s._index()) == len(s) == 1500
         m = s.add(MemoryItem("Fresh memory about gizmos", content="1. gizmo"))
-        assert s.search("gizmos")[0][0].id == m.id
         s.sync_index(flush=True)
+    assert f.read_bytes()[:12] == b"procmem-bm25"  # a procmem index file again, in place
     with MemoryStore(dsn, index_dir=ixdir) as s:  # the rebuilt file is reused as it is
         ix = s._index()
         assert ix.damaged is None and len(ix) == 1501 and ix.meta["rev"] == s.rev
-        assert ix.meta["store_id"] == s.store_id
+        assert ix.meta["store_id"] == s.store_id and s.search("gizmos")[0][0].id == m.id
 
 
 def test_another_banks_index_in_the_same_index_dir_is_never_used(pg_server, tmp_path):
@@ -494,6 +480,15 @@ RESTART_WRITER = textwrap.dedent("""
 """)
 
 
+def _oks(lines) -> int:
+    return sum(l.startswith("OK") for l in lines)
+
+
+def _foreign(lines) -> list[str]:
+    "The writer's failures that are not a StoreUnavailableError."
+    return [l for l in lines if l.startswith("ERR") and "StoreUnavailableError" not in l]
+
+
 @pytest.mark.slow
 def test_server_restart_mid_run_loses_nothing_acknowledged(temp_server, tmp_path):
     from procmem.postgres import StoreUnavailableError
@@ -505,12 +500,10 @@ def test_server_restart_mid_run_loses_nothing_acknowledged(temp_server, tmp_path
     stop = tmp_path / "stop"
     proc = _spawn(RESTART_WRITER, dsn, stop)
     out = _Lines(proc)
-    oks = lambda ls: sum(l.startswith("OK") for l in ls)  # noqa: E731
-    out.wait_until(lambda ls: oks(ls) >= 30)
-    n_before = oks(out.lines)
+    out.wait_until(lambda ls: _oks(ls) >= 30)
+    n_before = _oks(out.lines)
     srv.restart(down=0.5)
-    foreign = lambda ls: [l for l in ls if l.startswith("ERR") and "StoreUnavailableError" not in l]  # noqa: E731
-    out.wait_until(lambda ls: oks(ls) >= n_before + 30 or foreign(ls), timeout=180)
+    out.wait_until(lambda ls: _oks(ls) >= n_before + 30 or _foreign(ls), timeout=180)
     stop.write_text("")
     lines = out.finish()
     proc.wait(60)
