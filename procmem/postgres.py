@@ -377,7 +377,7 @@ def _matches_nothing(sql: str, args) -> bool:
     has_nul = any(isinstance(a, str) and "\x00" in a for a in args)
     return has_nul and sql.lstrip()[:6].upper() in ("SELECT", "UPDATE", "DELETE")
 
-# %% ../nbs/02c_postgres.ipynb #d36a1de3
+# %% ../nbs/02c_postgres.ipynb #239d8716
 class _PgCon:
     "A psycopg connection that runs the store's SQLite SQL (see `to_pg`) and reconnects when idle."
 
@@ -413,6 +413,8 @@ class _PgCon:
         import psycopg
 
         pg = to_pg(sql)
+        if getattr(self, "shut", False):
+            raise StoreError(f"the store {redact_dsn(self.dsn)} was closed; open it again")
         for attempt in (0, 1):
             if self.raw.closed and not self.tx:  # lost since the last statement: reopen
                 self.reconnects += 1
@@ -452,6 +454,8 @@ class _PgCon:
         return self._call("a batch", lambda q, a: self.raw.cursor().executemany(q, a), sql, seq)
 
     def close(self):
+        "Close for good: later calls raise instead of reconnecting."
+        self.shut = True
         if self.raw is not None:
             self.raw.close()
 
@@ -575,7 +579,7 @@ def _bank_format(self: PgStore) -> int | None:
         )
     return int(rows["format"])
 
-# %% ../nbs/02c_postgres.ipynb #77bbb345
+# %% ../nbs/02c_postgres.ipynb #598047e5
 @patch
 def _writer(self: PgStore) -> _PgCon:
     "The connection writes go through: the store's own, or one to the primary (multi-host DSN)."
@@ -646,6 +650,15 @@ def _read(self: PgStore):
             yield self._con
         finally:
             self._con.end(commit=True) if not self._con.raw.closed else self._con.end(commit=False)
+
+
+@patch
+def __repr__(self: PgStore) -> str:
+    "As a file store's, but never raising: a closed store or an unreachable server says so."
+    try:
+        return MemoryStore.__repr__(self)
+    except StoreError:
+        return f"MemoryStore({str(self.path)!r}, {'closed' if self._closed else 'unreachable'})"
 
 
 @patch
