@@ -307,7 +307,7 @@ def standby(self: TempPostgres) -> TempPostgres:
     sb._run("pg_basebackup", "-D", sb.data, *self_host, "-R", "-X", "stream", *fast, "--no-sync")
     return sb.start()
 
-# %% ../nbs/02c_postgres.ipynb #d7b84535
+# %% ../nbs/02c_postgres.ipynb #641328e8
 class StoreUnavailableError(StoreError):
     "The PostgreSQL server cannot be reached (refused, restarted, network lost)."
 
@@ -341,10 +341,14 @@ def _pg_error(e, where: str, dsn: str) -> StoreError:
     if isinstance(e, psycopg.OperationalError) and not state.startswith(
         ("53", "55", "57014", "40")
     ):
-        return StoreUnavailableError(f"cannot reach PostgreSQL store {loc} ({where}): {msg}")
+        hint = "; create the database first (createdb NAME)" if _NO_DB.search(msg) else ""
+        return StoreUnavailableError(f"cannot reach PostgreSQL store {loc} ({where}): {msg}{hint}")
     return StoreError(
         f"PostgreSQL store {loc}: {where} failed ({state or type(e).__name__}): {msg}"
     )
+
+
+_NO_DB = re.compile(r'database "[^"]*" does not exist')
 
 
 def _password(dsn: str) -> str | None:
