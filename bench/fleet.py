@@ -570,7 +570,8 @@ def main():
         res = json.loads(Path(a.report_only).read_text())
         m = res["meta"]
         for k, v in m["args"].items():
-            setattr(a, k, v)
+            if k not in ("out", "report_only"):
+                setattr(a, k, v)
         return Path(a.out).write_text(report(res, a, m["started"], m["commit"], m["where"]))
     R.ensure_corpus()
     a.tag = a.tag or f"f{int(time.time()) % 100000}"  # ids unique across reruns on a reused bank
