@@ -614,7 +614,6 @@ def test_password_never_in_errors_or_reprs(pg_server, pg_dsn):
     _no_secret(e.value, repr(e.value))
 
 
-@pytest.mark.xfail(strict=True, reason="REQUESTS11 #6: repr(PgStore) raises StoreUnavailableError while the server is down")
 def test_repr_of_a_store_whose_server_is_down_does_not_raise(temp_server):
     "A repr runs in logs, debuggers and tracebacks: it must answer (redacted) even when the server is gone."
     s = MemoryStore(_pw(temp_server.create_database()))
@@ -622,4 +621,8 @@ def test_repr_of_a_store_whose_server_is_down_does_not_raise(temp_server):
     temp_server.stop(remove=False)
     text = repr(s)
     _no_secret(text)
-    assert str(s.path) in text
+    assert str(s.path) in text and "unreachable" in text
+    temp_server.start()  # back: the same object answers again
+    assert len(s) == 1 and "1 items" in repr(s)
+    s.close()
+    _no_secret(repr(s))
