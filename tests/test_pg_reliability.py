@@ -193,7 +193,8 @@ WRITER = textwrap.dedent("""
     s = MemoryStore(dsn, index_dir=ixdir)
     i = 0
     while True:
-        m = s.add(MemoryItem(f"Crash item {tag} n{i} sprocket", "Written before a kill.", f"1. step {i}", id=f"{tag}-{i}"))
+        item = MemoryItem(f"Crash item {tag} n{i} sprocket", "Written before a kill.", f"1. step {i}", id=f"{tag}-{i}")
+        m = s.add(item)
         print(m.id, flush=True)  # after add returned: acknowledged
         if i % 25 == 24: s.search(f"sprocket n{i}", k=3)
         if i % 60 == 59: s.sync_index(flush=True)  # the index file is rewritten: a kill may land inside
@@ -239,7 +240,8 @@ BATCH = textwrap.dedent("""
     s.add(MemoryItem("Before the batch cog", "x", "1. y", id="pre"))
     print("pre", flush=True)
     print("BATCH START", flush=True)
-    s.add_many([MemoryItem(f"Batch item {j} cog", "part of a batch", f"step {j} " * 40, id=f"b{j}") for j in range(5000)])
+    batch = [MemoryItem(f"Batch item {j} cog", "part of a batch", f"step {j} " * 40, id=f"b{j}") for j in range(5000)]
+    s.add_many(batch)
     print("BATCH DONE", flush=True)
 """)
 
