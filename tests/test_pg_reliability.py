@@ -25,7 +25,7 @@ import fastcore.test as ft
 import pytest
 
 from procmem import MemoryItem, MemoryStore
-from procmem.store import StoreError, StoreReadOnlyError
+from procmem.store import ReadOnlyWarning, StoreError, StoreReadOnlyError
 from test_concurrency import N_OUTCOMES, _editor, _recorder, _same
 from test_crash import _Lines, _kill, _spawn
 from test_index_repair import DAMAGE
@@ -574,7 +574,11 @@ def test_standby_serves_reads_refuses_writes_and_multi_host_dsn_splits_them(temp
         msg = str(e.value)
         assert "standby" in msg and "primary" in msg, msg
         _no_secret(msg, repr(sb), sb.path)
-        assert len(sb) == 101 and sb.get("late") is not None  # nothing was written there
+        with pytest.warns(ReadOnlyWarning, match="read-only"):  # a retrieval on a standby: served, not counted
+            sb.record_access(["p1"])
+        with pytest.raises(StoreReadOnlyError, match="standby"):
+            sb.record_outcome(["p1"], True)
+        assert len(sb) == 101 and sb.get("p1").access_count == 0  # nothing was written there
         sb.close()
 
         multi = f"postgresql://procmem@127.0.0.1:{primary.port},127.0.0.1:{standby.port}/{db}"
