@@ -53,8 +53,9 @@ def _queries(n: int = 20) -> list[str]:
     "n real task texts: WebArena intents when the shared data is there, else the pack's own queries."
     if WEBARENA.exists():
         return [t["intent"] for t in json.loads(WEBARENA.read_text())][:n]
-    qs = [m.task_query or m.title for m in _pack() + _lessons()]
-    return qs[:n]
+    mems = _pack() + _lessons()  # without the shared data: their task queries, titles, descriptions
+    qs = [t for field in ("task_query", "title", "description") for m in mems if (t := getattr(m, field))]
+    return list(dict.fromkeys(qs))[:n]
 
 
 @pytest.fixture
