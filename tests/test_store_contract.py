@@ -546,6 +546,34 @@ def test_wrong_password_is_redacted(pg_server, tmp_path):
     msg = str(e.value)
     assert "wr0ng-s3cret" not in msg and "password" in msg.lower(), msg
     assert isinstance(e.value, StoreUnavailableError), type(e.value)
+    # the way the README says to give the password: a passfile, the URL carrying none
+    passfile = tmp_path / "pgpass"
+    passfile.write_text(f"127.0.0.1:{pg_server.port}:*:pwuser:right-one\n")
+    passfile.chmod(0o600)
+    bare = f"postgresql://pwuser@127.0.0.1:{pg_server.port}/postgres"
+    with pytest.raises(StoreUnavailableError):
+        MemoryStore(bare + f"?passfile={tmp_path / 'missing'}")  # no password anywhere: refused
+    dbname = pg_server.create_database()
+    with psycopg.connect(pg_server.dsn(dbname.rsplit("/", 1)[1]), autocommit=True) as con:
+        con.execute("GRANT CREATE ON DATABASE " + dbname.rsplit("/", 1)[1] + " TO pwuser")
+    bank = f"postgresql://pwuser@127.0.0.1:{pg_server.port}/{dbname.rsplit('/', 1)[1]}?passfile={passfile}"
+    s = MemoryStore(bank)
+    s.add(_pack()[0])
+    ft.test_eq(len(s), 1)
+    s.close()
+
+
+def test_sslmode_reaches_libpq(pg_server):
+    "The URL's libpq options are honoured: sslmode=require against a server without TLS is refused."
+    from procmem.postgres import StoreUnavailableError
+    if not hasattr(pg_server, "data"):
+        pytest.skip("needs the throwaway server (no TLS); $PROCMEM_TEST_PG's may have it")
+    with pytest.raises(StoreUnavailableError) as e:
+        MemoryStore(pg_server.dsn("postgres", sslmode="require"))
+    assert "ssl" in str(e.value).lower(), str(e.value)
+    s = MemoryStore(pg_server.create_database() + "?sslmode=disable")  # and a harmless one works
+    ft.test_eq(len(s), 0)
+    s.close()
 
 
 def test_merge_and_history(store):
