@@ -909,7 +909,7 @@ def memory_text(m: MemoryItem) -> str:
     examples = getattr(m, "example_queries", None) or []
     return " ".join([m.title, m.description, " ".join(m.tags), m.task_query, " ".join(examples)])
 
-# %% ../nbs/03_index.ipynb #3130355b
+# %% ../nbs/03_index.ipynb #75b5f0b5
 @patch
 def _index_writable(self: MemoryStore) -> bool:
     """Whether this store may write an index file: a file store, not read-only, in a writable
@@ -928,11 +928,17 @@ def _adopt(self: MemoryStore, ix: BM25Index) -> int:
 
 
 @patch
+def _index_file(self: MemoryStore) -> Path | None:
+    "Where the index file lives: next to the store file (None: in memory)."
+    return None if self.path is None else self.path.with_name(self.path.name + "-index.bm25")
+
+
+@patch
 def _index(self: MemoryStore) -> BM25Index:
     "This store's search index, opened (and checked against the store) on first use."
     ix = getattr(self, "_bm25", None)
     if ix is None:
-        path = None if self.path is None else self.path.with_name(self.path.name + "-index.bm25")
+        path = self._index_file()
         ix = BM25Index(
             path, fields=STORE_FIELDS, keywords=_KEYWORDS, writable=self._index_writable()
         )
